@@ -119,7 +119,11 @@ def test_json_values_decode_like_the_api_server(raw: object, expected: Fraction)
     assert quantity.from_json(raw).value == expected
 
 
-@pytest.mark.parametrize("raw", [True, [], {}, "1K"])
+@pytest.mark.parametrize(
+    "raw",
+    [True, [], {}, "1K", [10**5000], 10**5000, float("inf"), float("nan")],
+    ids=["bool", "list", "dict", "bad-suffix", "list-of-huge-int", "huge-int", "inf", "nan"],
+)
 def test_json_values_of_the_wrong_type_are_errors(raw: object) -> None:
     with pytest.raises(quantity.QuantityError):
         quantity.from_json(raw)

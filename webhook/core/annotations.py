@@ -9,12 +9,15 @@ All values are decimal strings, as the original protocol writes them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from webhook.core import resources
 
 MEMORY_UNITS = ("GiB", "MiB")
+# Also "<N>MiB": the device plugin's MiB mode counts blocks of N MiB (see webhook/core/devices.py).
+_BLOCK_UNIT = re.compile(r"^[1-9][0-9]{0,5}MiB$")
 
 
 class AnnotationError(ValueError):
@@ -184,8 +187,8 @@ class NodeDevices:
         if not isinstance(wire, dict) or not isinstance(wire.get("devices"), list):
             raise AnnotationError(key, 'must be {"unit": "GiB"|"MiB", "devices": [...]}')
         unit = wire.get("unit", "GiB")
-        if unit not in MEMORY_UNITS:
-            raise AnnotationError(key, f"unit {unit!r} is not one of {', '.join(MEMORY_UNITS)}")
+        if unit not in MEMORY_UNITS and not (isinstance(unit, str) and _BLOCK_UNIT.match(unit)):
+            raise AnnotationError(key, f"unit {unit!r} is not one of {', '.join(MEMORY_UNITS)} or <N>MiB")
         devices = []
         seen: set[int] = set()
         for raw in wire["devices"]:

@@ -54,7 +54,7 @@ def container_units(container: Mapping[str, Any], name: str = resources.GPU_MEMO
         if isinstance(values, Mapping) and name in values:
             try:
                 q = quantity.from_json(values[name])
-            except quantity.QuantityError as err:
+            except ValueError as err:  # QuantityError, or a value holding an int too long to print
                 raise DemandError(f"container {container.get('name')!r}: {section}[{name}] {err}") from None
             if q.is_negative() or not q.is_integer():
                 raise DemandError(
@@ -66,12 +66,20 @@ def container_units(container: Mapping[str, Any], name: str = resources.GPU_MEMO
 
 def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_LABEL) -> int:
     """The number of GPUs the pod label asks to spread over (1 when unset)."""
+    if labels is not None and not isinstance(labels, Mapping):
+        raise DemandError("metadata.labels must be an object")
     raw = (labels or {}).get(key)
     if raw is None:
         return 1
-    text = str(raw).strip()
-    if not (text.isascii() and text.isdigit()) or int(text) < 1 or len(text) > 6:
-        raise DemandError(f'label {key}={raw!r} must be a positive whole number of GPUs, e.g. "2"')
+    # Python refuses to convert ints of more than 4300 digits to or from text: check the size first.
+    if isinstance(raw, str):
+        text, shown = raw.strip(), repr(raw[:40])
+    elif isinstance(raw, int) and raw.bit_length() < 64:
+        text = shown = str(raw)
+    else:
+        text, shown = "", f"<{type(raw).__name__}>"
+    if not (text.isascii() and text.isdigit()) or len(text) > 6 or int(text) < 1:
+        raise DemandError(f'label {key}={shown} must be a positive whole number of GPUs, e.g. "2"')
     return int(text)
 
 

@@ -275,8 +275,13 @@ def from_json(value: object) -> Quantity:
         return Quantity(0, 0, Format.DECIMAL_SI)
     if isinstance(value, bool):
         raise QuantityError(repr(value), FORMAT_ERROR)
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        # Python will not print ints of more than 4300 digits; no real quantity comes near.
+        if value.bit_length() > 3 * _MAX_DIGITS:
+            raise QuantityError("<a number of more than 1000 digits>", TOO_LARGE_ERROR)
+        return parse(str(value))
+    if isinstance(value, float):
         return parse(repr(value))
     if isinstance(value, str):
         return parse(value.strip())
-    raise QuantityError(repr(value), FORMAT_ERROR)
+    raise QuantityError(f"<{type(value).__name__}>", FORMAT_ERROR)

@@ -1,24 +1,23 @@
 """One verdict for one object: the rule violations, warnings and isolation choice of every pod template.
 
-INTERFACE (owned by the core-rules helper; the webhook and `gpushare check` both call `evaluate`, so the
-same object gives the same messages in both places).
+The webhook and `gpushare check` both call `evaluate`, so the same object gives the same messages in both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core import resources
+from webhook.core import isolation, patches, resources, rules, templates
 
+# Defined beside the decision that reads it (isolation must not import verdict); kept here by name.
+IsolationPolicy = isolation.IsolationPolicy
 
-@dataclass(frozen=True, slots=True)
-class IsolationPolicy:
-    label_key: str = resources.ISOLATION_KEY  # the nodeSelector key
-    annotation_key: str = resources.ISOLATION_KEY  # the pod annotation that chooses
-    env_name: str = resources.CGPU_DISABLE_ENV
-    default: str = "false"  # the value when nothing in the pod says otherwise
+# contracts §1.5: the API server keeps warnings of up to 120 characters whole and drops any with
+# control characters.
+WARNING_LIMIT = 120
+_DEFAULT_SCHEDULER = "default-scheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,5 +29,119 @@ class Policy:
     scheduler_name: str | None = None
 
 
-def evaluate(obj: Mapping[str, Any], policy: Policy) -> Any:
-    raise NotImplementedError
+@dataclass(frozen=True, slots=True)
+class TemplateVerdict:
+    path: str
+    violations: tuple[rules.Violation, ...]
+    warnings: tuple[str, ...]
+    isolation: str | None  # the nodeSelector value the webhook adds (or would add) to this template's pods
+    scheduler_name: str | None  # the schedulerName the webhook adds (Policy.scheduler_name mode), else None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    templates: tuple[TemplateVerdict, ...]
+    violations: tuple[rules.Violation, ...]  # all, in a stable order
+    warnings: tuple[str, ...]  # all, de-duplicated, each <= 120 characters, no control characters
+    allowed: bool
+    kind: str = ""  # the object's kind, for the message's first line
+
+    def message(self) -> str:
+        """The denial message, identical for the webhook and `gpushare check`; "" when allowed.
+
+        A first line, then one line per violation; the API server shows it after
+        `admission webhook "NAME" denied the request: `.
+        """
+        if not self.violations:
+            return ""
+        count = len(self.violations)
+        problems = "1 problem" if count == 1 else f"{count} problems"
+        head = f"{self.kind or 'the object'} has {problems} with GPU resources:"
+        return "\n".join([head, *(str(v) for v in self.violations)])
+
+
+def clean_warning(text: str) -> str:
+    """One warning the API server passes on: one line, no control characters, at most 120 characters."""
+    return templates.printable(text, WARNING_LIMIT)
+
+
+def _unique(texts: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(clean_warning(t) for t in texts))
+
+
+def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str | None, list[str]]:
+    if policy.scheduler_name is None or not asks:
+        return None, []
+    current = spec.get("schedulerName")
+    if current in (None, "", _DEFAULT_SCHEDULER):
+        return policy.scheduler_name, []
+    if current != policy.scheduler_name:
+        shown = rules.show(current)
+        return None, [
+            f"schedulerName {shown} is kept; gpu-mem pods need {policy.scheduler_name} to be placed"
+        ]
+    return None, []
+
+
+def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
+    violations = rules.check_pod_spec(template.metadata, template.spec, template.path, policy.names)
+    decision = isolation.decide(template, policy.isolation, policy.names)
+    if decision.violation is not None:
+        violations.append(decision.violation)
+    asks = isolation.asks_gpu_memory(template.spec, policy.names)
+    scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
+    return TemplateVerdict(
+        path=template.path,
+        violations=tuple(violations),
+        warnings=_unique([*decision.warnings, *scheduler_warnings]),
+        isolation=decision.value,
+        scheduler_name=scheduler,
+    )
+
+
+def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
+    """Check every pod template of `obj` (any JSON value: wrong types become violations, never errors)."""
+    if not isinstance(obj, Mapping):
+        problem = rules.wrong_type("", None, obj, "an object (a Kubernetes manifest)")
+        return Verdict((), (problem,), (), allowed=False)
+    kind = obj.get("kind")
+    kind = templates.printable(kind, 63) if isinstance(kind, str) else ""
+    found = templates.scan(obj)
+    violations = [
+        rules.Violation(
+            m.path,
+            None,
+            None,
+            f"has the wrong type: expected {m.expected}, got {m.actual}",
+            f"write this field as {m.expected}",
+        )
+        for m in found.malformed
+    ]
+    warnings: list[str] = []
+    if found.truncated is not None:
+        warnings.append(f"not checked from {found.truncated} on: the object is too deep or too large")
+    verdicts = tuple(_template_verdict(t, policy) for t in found.templates)
+    for tv in verdicts:
+        violations += tv.violations
+        # A workload may hold several templates: say which one a warning is about.
+        warnings += [f"{tv.path}: {w}" if tv.path else w for w in tv.warnings]
+    return Verdict(verdicts, tuple(violations), _unique(warnings), allowed=not violations, kind=kind)
+
+
+def mutation_patch(pod: Mapping[str, Any], verdict: Verdict, policy: Policy) -> list[dict[str, Any]]:
+    """JSON Patch operations for a Pod (CREATE); [] when nothing is to be added or the pod is denied.
+
+    Workloads are never patched: their Pods are, when they are created.
+    """
+    if not verdict.allowed or not isinstance(pod, Mapping) or pod.get("kind") not in (None, "Pod"):
+        return []
+    spec = pod.get("spec")
+    root = next((t for t in verdict.templates if t.path == ""), None)
+    if root is None or not isinstance(spec, Mapping):
+        return []
+    ops: list[dict[str, Any]] = []
+    if root.isolation is not None:
+        ops += patches.node_selector_ops(spec, policy.isolation.label_key, root.isolation)
+    if root.scheduler_name is not None:
+        ops += patches.scheduler_name_ops(spec, root.scheduler_name)
+    return patches.checked(ops)

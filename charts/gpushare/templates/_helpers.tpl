@@ -1,0 +1,195 @@
+{{/* Names, labels and shared fragments of the gpushare chart. */}}
+
+{{- define "gpushare.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release-wide prefix; parts append -webhook, -extender, ... so keep it short enough (40). */}}
+{{- define "gpushare.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gpushare.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels of every object; call with (dict "root" $ "component" "webhook"). */}}
+{{- define "gpushare.labels" -}}
+helm.sh/chart: {{ include "gpushare.chart" .root }}
+{{ include "gpushare.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: gpushare
+{{- with .root.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "gpushare.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gpushare.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "gpushare.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Object names, one place each. */}}
+{{- define "gpushare.webhook.name" -}}{{ include "gpushare.fullname" . }}-webhook{{- end }}
+{{- define "gpushare.webhook.tlsSecret" -}}{{ include "gpushare.fullname" . }}-webhook-tls{{- end }}
+{{- define "gpushare.webhook.mutatingName" -}}{{ include "gpushare.fullname" . }}-mutating{{- end }}
+{{- define "gpushare.webhook.validatingName" -}}{{ include "gpushare.fullname" . }}-validating{{- end }}
+{{- define "gpushare.certgen.name" -}}{{ include "gpushare.fullname" . }}-certgen{{- end }}
+{{- define "gpushare.extender.name" -}}{{ include "gpushare.fullname" . }}-extender{{- end }}
+{{- define "gpushare.scheduler.name" -}}{{ include "gpushare.fullname" . }}-scheduler{{- end }}
+{{- define "gpushare.devicePlugin.name" -}}{{ include "gpushare.fullname" . }}-device-plugin{{- end }}
+{{- define "gpushare.tests.name" -}}{{ include "gpushare.fullname" . }}-test{{- end }}
+
+{{/* The DNS names the API server uses for the webhook Service (it dials <svc>.<ns>.svc). */}}
+{{- define "gpushare.webhook.dnsNames" -}}
+{{- $svc := include "gpushare.webhook.name" . -}}
+{{- $ns := .Release.Namespace -}}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- end }}
+
+{{/* The extender's base URL as kube-scheduler calls it. */}}
+{{- define "gpushare.extender.urlPrefix" -}}
+{{- if .Values.extender.urlPrefix }}
+{{- .Values.extender.urlPrefix }}
+{{- else }}
+{{- printf "http://%s.%s.svc:%d/gpushare-scheduler" (include "gpushare.extender.name" .) .Release.Namespace (int .Values.extender.port) }}
+{{- end }}
+{{- end }}
+
+{{/*
+caBundle for the webhook configurations (base64 PEM). provided: from values. selfManaged: keep what is
+installed (ensure-certs patched it; `helm upgrade` must not reset it), else the Secret's ca.crt, else empty
+until the post-install hook patches it. certManager: empty, cainjector fills it.
+*/}}
+{{- define "gpushare.webhook.caBundle" -}}
+{{- $mode := .Values.certificates.mode -}}
+{{- if eq $mode "provided" -}}
+{{- .Values.certificates.provided.caCrt | b64enc -}}
+{{- else if eq $mode "selfManaged" -}}
+{{- $cfg := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "gpushare.webhook.validatingName" .) -}}
+{{- $installed := "" -}}
+{{- if $cfg -}}
+{{- range $cfg.webhooks -}}
+{{- if and (not $installed) .clientConfig.caBundle -}}{{- $installed = .clientConfig.caBundle -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $installed -}}
+{{- $installed -}}
+{{- else -}}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "gpushare.webhook.tlsSecret" .) -}}
+{{- if and $secret $secret.data -}}{{- index $secret.data "ca.crt" | default "" -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* cert-manager's cainjector annotation on the webhook configurations. */}}
+{{- define "gpushare.webhook.annotations" -}}
+{{- if eq .Values.certificates.mode "certManager" -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "gpushare.webhook.name" . }}
+{{- end -}}
+{{- end }}
+
+{{/* clientConfig of a webhook; call with (list $ "/path"). */}}
+{{- define "gpushare.webhook.clientConfig" -}}
+{{- $root := index . 0 -}}
+service:
+  namespace: {{ $root.Release.Namespace }}
+  name: {{ include "gpushare.webhook.name" $root }}
+  path: {{ index . 1 }}
+  port: 443
+{{- $ca := include "gpushare.webhook.caBundle" $root }}
+{{- if $ca }}
+caBundle: {{ $ca }}
+{{- end }}
+{{- end }}
+
+{{/* Fields every webhook of both configurations shares. */}}
+{{- define "gpushare.webhook.common" -}}
+admissionReviewVersions: ["v1"]
+sideEffects: None
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
+matchPolicy: Equivalent
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values:
+        {{- range (uniq (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces)) }}
+        - {{ . | quote }}
+        {{- end }}
+objectSelector:
+  matchExpressions:
+    - key: {{ .Values.webhook.optOutLabel }}
+      operator: NotIn
+      values: ["true"]
+{{- end }}
+
+{{/*
+CEL: true when a container of the pod spec at `path` asks for a GPU resource in limits or requests.
+Call with (list $ "object.spec"). Each step of the path is guarded with has(), because templates may
+omit it (ReplicationController.spec.template is optional); map keys hold "/" and ".", so they are tested
+by iterating the map (contracts §2.2).
+*/}}
+{{- define "gpushare.cel.asksForGpu" -}}
+{{- $root := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- $g := $root.Values.gpuResources -}}
+{{- $names := list -}}
+{{- range (concat (list $g.memory $g.count) $g.wholeDevice) }}{{ $names = append $names (printf "'%s'" .) }}{{ end -}}
+{{- $key := printf "k in [%s]" (join ", " $names) -}}
+{{- range $g.wholeDevicePrefixes }}{{ $key = printf "%s || k.startsWith('%s')" $key . }}{{ end -}}
+{{- $container := printf "has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(k, %s)) || (has(c.resources.requests) && c.resources.requests.exists(k, %s)))" $key $key -}}
+{{- $guards := list -}}
+{{- $parts := splitList "." $path -}}
+{{- range $i, $_ := $parts }}{{ if gt $i 0 }}{{ $guards = append $guards (printf "has(%s)" (join "." (slice $parts 0 (add1 $i)))) }}{{ end }}{{ end -}}
+{{- $guards = append $guards (printf "(has(%s.containers) && %s.containers.exists(c, %s) || has(%s.initContainers) && %s.initContainers.exists(c, %s))" $path $path $container $path $path $container) -}}
+{{- join " && " $guards -}}
+{{- end }}
+
+{{- define "gpushare.matchConditions" -}}
+{{- if (index . 0).Values.webhook.matchConditions -}}
+matchConditions:
+  - name: asks-for-gpu
+    expression: {{ include "gpushare.cel.asksForGpu" . | quote }}
+{{- end -}}
+{{- end }}
+
+{{/* The pod security context of the non-root parts. */}}
+{{- define "gpushare.podSecurityContext" -}}
+{{- toYaml .Values.podSecurityContext }}
+{{- end }}
+{{- define "gpushare.securityContext" -}}
+{{- toYaml .Values.securityContext }}
+{{- end }}
+
+{{/* Hook annotations of the self-managed certificate Job and its RBAC (weights order RBAC first). */}}
+{{- define "gpushare.certgen.hookAnnotations" -}}
+helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}
+
+{{/* The namespace of the helm test's dry run. */}}
+{{- define "gpushare.tests.namespace" -}}
+{{- default (printf "%s-test" (include "gpushare.fullname" .)) .Values.tests.namespace }}
+{{- end }}

@@ -1,0 +1,122 @@
+"""The caBundle the API server gets verifies the certificate the webhook serves, in each certificate mode."""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import ssl
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.chart import render
+from tests.standins.apiserver import ApiServer
+from webhook.cli import ensure_certs
+from webhook.core import certificates
+
+pytestmark = pytest.mark.skipif(
+    render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"
+)
+
+SERVICE_DNS = f"{render.RELEASE}-gpushare-webhook.{render.NAMESPACE}.svc"  # the name the API server dials
+
+
+def _assert_bundle_verifies(bundle_b64: str, tls_crt: bytes, tls_key: bytes) -> None:
+    bundle = base64.b64decode(bundle_b64)
+    assert certificates.is_signed_by(
+        tls_crt, bundle.split(b"-----END CERTIFICATE-----")[0] + b"-----END CERTIFICATE-----\n"
+    )
+    assert SERVICE_DNS in certificates.dns_sans(tls_crt)
+    assert certificates.key_matches(certificates.KeyPair(tls_crt, tls_key))
+    # What the API server does: trust only caBundle, check the name it dials.
+    context = ssl.create_default_context(cadata=bundle.decode())
+    assert context.get_ca_certs()
+
+
+def _configurations(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
+
+
+def test_provided_certificates_end_up_in_the_secret_and_every_ca_bundle() -> None:
+    now = datetime.now(UTC)
+    ca = certificates.generate_ca("test-ca", now)
+    serving = certificates.generate_serving(ca, [SERVICE_DNS], [], now)
+    values = {
+        "certificates": {
+            "mode": "provided",
+            "provided": {
+                "caCrt": ca.cert_pem.decode(),
+                "tlsCrt": serving.cert_pem.decode(),
+                "tlsKey": serving.key_pem.decode(),
+            },
+        }
+    }
+    objects = render.render(values)
+    secret = render.find(objects, "Secret", "-webhook-tls")
+    tls_crt = base64.b64decode(secret["data"]["tls.crt"])
+    tls_key = base64.b64decode(secret["data"]["tls.key"])
+    hooks = [h for c in _configurations(objects) for h in c["webhooks"]]
+    assert len(hooks) == 5
+    for hook in hooks:
+        _assert_bundle_verifies(hook["clientConfig"]["caBundle"], tls_crt, tls_key)
+    assert (
+        render.find(objects, "Deployment", "-webhook")["spec"]["template"]["spec"]["volumes"][0]["secret"][
+            "secretName"
+        ]
+        == secret["metadata"]["name"]
+    )
+
+
+def test_self_managed_hook_job_pairs_the_secret_and_the_rendered_configurations(apiserver: ApiServer) -> None:
+    objects = render.render()
+    for config in _configurations(objects):
+        assert (
+            "caBundle" not in config["webhooks"][0]["clientConfig"]
+        )  # no cluster to look up: the Job sets it
+        apiserver.put(config)
+    job = render.find(objects, "Job", "-certgen")
+    assert set(job["metadata"]["annotations"]["helm.sh/hook"].split(",")) == {
+        "pre-install", "pre-upgrade", "post-install", "post-upgrade",
+    }  # fmt: skip
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "ensure-certs"
+    module = importlib.import_module("webhook.cli.ensure_certs")
+    assert module.main([*args[1:], "--server", apiserver.url, "--log-format=text"]) == 0
+    deployment = render.find(objects, "Deployment", "-webhook")
+    secret_name = deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"]
+    secret = apiserver.get("secrets", secret_name, render.NAMESPACE)
+    assert secret is not None
+    tls_crt = base64.b64decode(secret["data"]["tls.crt"])
+    tls_key = base64.b64decode(secret["data"]["tls.key"])
+    for config in _configurations(objects):
+        stored = apiserver.get(config["kind"].lower() + "s", config["metadata"]["name"])
+        assert stored is not None
+        assert len(stored["webhooks"]) == len(config["webhooks"])
+        for hook in stored["webhooks"]:
+            _assert_bundle_verifies(hook["clientConfig"]["caBundle"], tls_crt, tls_key)
+    # The webhook serves every DNS name ensure-certs certified.
+    webhook_args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {a.split("=", 1)[1] for a in webhook_args if a.startswith("--service-dns=")} == set(
+        certificates.dns_sans(tls_crt)
+    )
+    assert ensure_certs.main([*args[1:], "--server", apiserver.url, "--log-format=text"]) == 0  # idempotent
+    assert apiserver.get("secrets", secret_name, render.NAMESPACE) == secret
+
+
+def test_cert_manager_mode_injects_the_serving_certificates_ca() -> None:
+    objects = render.render({"certificates": {"mode": "certManager"}})
+    certificate = render.find(objects, "Certificate", "-webhook")
+    for config in _configurations(objects):
+        inject = config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+        assert inject == f"{render.NAMESPACE}/{certificate['metadata']['name']}"
+    assert SERVICE_DNS in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["secretName"].endswith("-webhook-tls")
+    assert not any(o["kind"] == "Job" for o in objects)
+
+
+def test_helm_upgrade_keeps_the_installed_ca_bundle() -> None:
+    # `lookup` needs a cluster; the template must read the installed caBundle before the Secret's.
+    helpers = (render.CHART / "templates" / "_helpers.tpl").read_text()
+    body = helpers.split('define "gpushare.webhook.caBundle"')[1].split("{{- end }}\n")[0]
+    assert body.index('lookup "admissionregistration.k8s.io/v1"') < body.index('lookup "v1" "Secret"')

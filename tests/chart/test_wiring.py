@@ -1,0 +1,177 @@
+"""The rendered chart matches the code: flags parse, paths and ports are the servers' routes, config loads."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart import render
+from webhook.admission import app as admission_app
+from webhook.admission import settings as admission_settings
+from webhook.core import resources
+from webhook.serving import probes
+
+pytestmark = pytest.mark.skipif(
+    render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"
+)
+
+# subcommand -> the CLI module whose parser must accept the chart's args
+CLI_MODULES = {
+    "webhook": "serve_webhook",
+    "extender": "serve_extender",
+    "device-plugin": "serve_device_plugin",
+    "ensure-certs": "ensure_certs",
+}
+
+
+@pytest.fixture(scope="module")
+def objects() -> list[dict[str, Any]]:
+    return render.render({"scheduler": {"mode": "second"}})
+
+
+def _container(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    obj = render.find(objects, kind, suffix)
+    return obj["spec"]["template"]["spec"]["containers"][0]  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(
+    ("kind", "suffix"),
+    [
+        ("Deployment", "-webhook"),
+        ("Deployment", "-extender"),
+        ("DaemonSet", "-device-plugin"),
+        ("Job", "-certgen"),
+    ],
+)
+def test_every_rendered_command_line_parses_with_the_real_cli(
+    objects: list[dict[str, Any]], kind: str, suffix: str
+) -> None:
+    args = _container(objects, kind, suffix)["args"]
+    module = importlib.import_module(f"webhook.cli.{CLI_MODULES[args[0]]}")
+    module.build_parser().parse_args(args[1:])  # SystemExit(2) on an unknown flag fails the test
+
+
+def test_webhook_configurations_call_the_servers_routes_through_the_service(
+    objects: list[dict[str, Any]],
+) -> None:
+    service = render.find(objects, "Service", "-webhook")
+    container = _container(objects, "Deployment", "-webhook")
+    (port,) = service["spec"]["ports"]
+    (container_port,) = container["ports"]
+    assert port["port"] == 443
+    assert port["targetPort"] == container_port["name"]
+    assert f"--port={container_port['containerPort']}" in container["args"]
+    mutating = render.find(objects, "MutatingWebhookConfiguration")
+    validating = render.find(objects, "ValidatingWebhookConfiguration")
+    for config, path in ((mutating, admission_app.MUTATE_PATH), (validating, admission_app.VALIDATE_PATH)):
+        for hook in config["webhooks"]:
+            svc = hook["clientConfig"]["service"]
+            assert (svc["name"], svc["namespace"], svc["path"], svc["port"]) == (
+                service["metadata"]["name"],
+                render.NAMESPACE,
+                path,
+                443,
+            )
+            assert hook["sideEffects"] == "None"
+            assert hook["admissionReviewVersions"] == ["v1"]
+            assert hook["timeoutSeconds"] == 5
+            assert hook["failurePolicy"] == "Fail"
+            assert len(hook["name"].split(".")) >= 3
+            excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
+            assert {"kube-system", render.NAMESPACE} <= set(excluded)
+
+
+def test_webhook_rules_cover_pods_and_every_workload_kind(objects: list[dict[str, Any]]) -> None:
+    (mutating,) = render.find(objects, "MutatingWebhookConfiguration")["webhooks"]
+    assert [(r["operations"], r["resources"]) for r in mutating["rules"]] == [(["CREATE"], ["pods"])]
+    covered = set()
+    for hook in render.find(objects, "ValidatingWebhookConfiguration")["webhooks"]:
+        for rule in hook["rules"]:
+            assert rule["operations"] == ["CREATE", "UPDATE"]
+            covered |= set(rule["resources"])
+    assert covered == {
+        "pods", "deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs",
+        "replicationcontrollers", "podtemplates",
+    }  # fmt: skip
+
+
+def test_probes_use_the_servers_probe_paths(objects: list[dict[str, Any]]) -> None:
+    for suffix, scheme in (("-webhook", "HTTPS"), ("-extender", "HTTP")):
+        container = _container(objects, "Deployment", suffix)
+        assert container["livenessProbe"]["httpGet"]["path"] == probes.HEALTHZ
+        assert container["readinessProbe"]["httpGet"]["path"] == probes.READYZ
+        assert container["readinessProbe"]["httpGet"].get("scheme", "HTTP") == scheme
+
+
+def test_webhook_config_file_loads_with_the_webhooks_own_loader(
+    objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    config_map = render.find(objects, "ConfigMap", "-webhook")
+    path = tmp_path / "config.yaml"
+    path.write_text(config_map["data"]["config.yaml"])
+    settings = admission_settings.build(admission_settings.load_config(path))
+    assert settings.policy.names.memory == resources.GPU_MEMORY
+    assert settings.policy.scheduler_name == "gpushare-scheduler"  # mode (b)
+    assert {"kube-system", render.NAMESPACE} <= settings.excluded_namespaces
+    container = _container(objects, "Deployment", "-webhook")
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert f"--config={mounts['config']}/config.yaml" in container["args"]
+    assert f"--cert-dir={mounts['tls']}" in container["args"]
+
+
+def test_scheduler_name_is_set_only_in_mode_b(tmp_path: Path) -> None:
+    config_map = render.find(render.render(), "ConfigMap", "-webhook")
+    assert "schedulerName" not in yaml.safe_load(config_map["data"]["config.yaml"])
+
+
+def test_scheduler_configurations_call_the_extenders_routes(objects: list[dict[str, Any]]) -> None:
+    from webhook.extender import settings as ext_settings  # noqa: PLC0415 - the extender may be absent
+
+    service = render.find(objects, "Service", "-extender")
+    second = yaml.safe_load(render.find(objects, "ConfigMap", "-scheduler")["data"]["config.yaml"])
+    snippet = yaml.safe_load(
+        render.find(objects, "ConfigMap", "-scheduler-extender")["data"]["kube-scheduler-config.yaml"]
+    )
+    assert second["profiles"] == [{"schedulerName": "gpushare-scheduler"}]
+    assert snippet["extenders"] == second["extenders"]
+    (extender,) = second["extenders"]
+    host = (
+        f"http://{service['metadata']['name']}.{render.NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+    )
+    assert extender["urlPrefix"] == host + ext_settings.URL_PREFIX
+    assert extender["nodeCacheCapable"] is True
+    assert extender["managedResources"] == [{"name": resources.GPU_MEMORY, "ignoredByScheduler": False}]
+    app_module = importlib.import_module("webhook.extender.app")
+    source = Path(app_module.__file__ or "").read_text()
+    for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
+        assert f'f"{{prefix}}/{extender[verb]}"' in source, f"no route for {verb}={extender[verb]}"
+
+
+def test_device_plugin_daemonset_meets_the_kubelet_contract(objects: list[dict[str, Any]]) -> None:
+    ds = render.find(objects, "DaemonSet", "-device-plugin")
+    spec = ds["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"gpushare": "true"}
+    (volume,) = [v for v in spec["volumes"] if "hostPath" in v]
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    container = spec["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
+    assert "--device-plugin-dir=/var/lib/kubelet/device-plugins" in container["args"]
+    assert container["securityContext"]["privileged"] is False
+    with_runtime = render.render({"devicePlugin": {"runtimeClassName": "nvidia"}})
+    ds_spec = render.find(with_runtime, "DaemonSet")["spec"]["template"]["spec"]
+    assert ds_spec["runtimeClassName"] == "nvidia"
+
+
+def test_extender_leader_election_lease_matches_its_role(objects: list[dict[str, Any]]) -> None:
+    args = _container(objects, "Deployment", "-extender")["args"]
+    assert "--leader-elect" in args
+    lease = next(a.split("=", 1)[1] for a in args if a.startswith("--lease-name="))
+    role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-extender"))
+    assert any(lease in r.get("resourceNames", []) for r in role["rules"])
+    env = {e["name"] for e in _container(objects, "Deployment", "-extender")["env"]}
+    assert "POD_NAME" in env

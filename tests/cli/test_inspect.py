@@ -1,0 +1,346 @@
+"""`gpushare inspect` against the API stand-in with a populated cluster, and an extender's /inspect."""
+
+from __future__ import annotations
+
+import http.server
+import io
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.standins.apiserver import ApiServer
+from webhook.cli import inspect, inspect_table
+from webhook.core import accounting, resources
+from webhook.core import annotations as ann
+from webhook.extender import app as extender_app
+from webhook.extender import cache as extender_cache
+
+
+def placed(gpus: dict[int, dict[int, int]], assigned: bool = True, dev: int = 16) -> dict[str, str]:
+    """The annotations the extender writes: container index -> {GPU index: units}."""
+    return ann.encode(ann.Placement(ann.Allocation(gpus), dev, 1_700_000_000_000_000_000, assigned))
+
+
+def populate(server: ApiServer) -> None:
+    # n1: two equal 16 GiB GPUs known only from capacity, as the original device plugin reports them.
+    server.add_node("n1", gpus=2, gpu_mem=32)
+    server.edit("nodes", "n1", {"status": {"addresses": [{"type": "InternalIP", "address": "10.0.0.1"}]}})
+    # n2: mixed sizes published per GPU, one of them unhealthy.
+    devices = ann.NodeDevices(
+        "GiB",
+        (
+            ann.GpuDevice(0, "GPU-aaa", 16, model="Tesla V100"),
+            ann.GpuDevice(1, "GPU-bbb", 24, healthy=False, model="A10"),
+            ann.GpuDevice(2, "GPU-ccc", 80, model="A100"),
+        ),
+    )
+    server.add_node(
+        "n2", gpus=3, gpu_mem=120, annotations={resources.NODE_DEVICES_ANNOTATION: devices.to_json()}
+    )
+    server.add_node("cpu-only")
+    server.add_pod(
+        "train", "ml", gpu_mem=[4], node_name="n1", phase="Running", annotations=placed({0: {0: 4}})
+    )
+    # Placed by the original extender: only the five ALIYUN_COM_* keys.
+    server.add_pod(
+        "legacy",
+        gpu_mem=[6],
+        node_name="n1",
+        phase="Running",
+        annotations={
+            resources.ANN_MEM_IDX: "1",
+            resources.ANN_MEM_POD: "6",
+            resources.ANN_MEM_DEV: "16",
+            resources.ANN_MEM_ASSIGNED: "true",
+            resources.ANN_MEM_ASSUME_TIME: "1",
+        },
+    )
+    # A multi-GPU pod (label gpu-count 2), placed but not allocated yet.
+    server.add_pod(
+        "split",
+        "ml",
+        gpu_mem=[20],
+        node_name="n2",
+        labels={resources.GPU_COUNT_LABEL: "2"},
+        annotations=placed({0: {0: 10, 2: 10}}, assigned=False),
+    )
+    # Two containers on two GPUs.
+    server.add_pod(
+        "pair",
+        "ml",
+        gpu_mem=[3, 30],
+        node_name="n2",
+        phase="Running",
+        annotations=placed({0: {0: 3}, 1: {2: 30}}),
+    )
+    # Not counted: finished, being deleted, and one that bypassed the extender.
+    server.add_pod("done", gpu_mem=[8], node_name="n1", phase="Succeeded", annotations=placed({0: {0: 8}}))
+    server.add_pod("leaving", gpu_mem=[8], node_name="n1", phase="Running", annotations=placed({0: {1: 8}}))
+    server.mark_deleting("leaving")
+    server.add_pod("rogue", gpu_mem=[2], node_name="n2", phase="Pending")
+    server.add_pod("web", node_name="cpu-only", phase="Running")
+
+
+@pytest.fixture
+def cluster(apiserver: ApiServer) -> ApiServer:
+    populate(apiserver)
+    return apiserver
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = inspect.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_counts_every_gpu_of_mixed_sizes_and_multi_gpu_pods(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "--server", cluster.url, "-o", "json")
+    assert code == 0
+    found = json.loads(out)
+    assert (found["unit"], found["allocated"], found["total"], found["percent"]) == ("GiB", 63, 152, 41.4)
+    n1, n2 = found["nodes"]  # cpu-only has no GPUs and is left out
+    assert (n1["name"], n1["address"], n1["allocated"], n1["total"], n1["pending"]) == (
+        "n1",
+        "10.0.0.1",
+        10,
+        32,
+        0,
+    )
+    assert [(g["index"], g["allocated"], g["total"]) for g in n1["gpus"]] == [(0, 4, 16), (1, 6, 16)]
+    assert [(g["index"], g["allocated"], g["total"], g["healthy"]) for g in n2["gpus"]] == [
+        (0, 13, 16, True),
+        (1, 0, 24, False),
+        (2, 40, 80, True),
+    ]
+    assert n2["pending"] == 20
+    assert n2["gpus"][2]["pods"] == [
+        {"namespace": "ml", "name": "pair", "allocated": 30, "assigned": True},
+        {"namespace": "ml", "name": "split", "allocated": 10, "assigned": False},
+    ]
+    assert n2["problems"] == ["pod default/rogue: asks for GPU memory but was not placed by the extender"]
+
+
+def test_text_summary_has_the_gpushare_inspect_columns_and_cluster_total(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "--server", cluster.url)
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == [
+        "NAME",
+        "IPADDRESS",
+        "GPU0(Allocated/Total)",
+        "GPU1(Allocated/Total)",
+        "GPU2(Allocated/Total)",
+        "PENDING(Allocated)",
+        "GPU",
+        "Memory(GiB)",
+    ]
+    assert lines[1].split() == ["n1", "10.0.0.1", "4/16", "6/16", "10/32"]
+    assert lines[2].split() == ["n2", "-", "13/16", "0/24", "(unhealthy)", "40/80", "20", "53/120"]
+    assert "Allocated/Total GPU Memory In Cluster (GiB):" in lines
+    assert "63/152 (41%)" in lines
+    assert "warning: n2: pod default/rogue: asks for GPU memory but was not placed by the extender" in lines
+
+
+def test_details_list_the_pods_of_each_gpu_with_assigned(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "--server", cluster.url, "-d", "n2")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == "NAME:       n2"
+    header = lines.index(next(line for line in lines if line.startswith("NAME ")))
+    assert lines[header].split() == [
+        "NAME",
+        "NAMESPACE",
+        "GPU0(Allocated)",
+        "GPU1(Allocated)",
+        "GPU2(Allocated)",
+        "ASSIGNED",
+    ]
+    assert lines[header + 1].split() == ["pair", "ml", "3", "0", "30", "true"]
+    assert lines[header + 2].split() == ["split", "ml", "10", "0", "10", "false"]
+    assert "Allocated:        53 (44%)" in lines
+    assert "Pending:          20 (placed, ASSIGNED=false)" in lines
+    assert "53/120 (44%)" in lines
+
+
+def test_mib_cluster_converts_gpus_published_in_gib(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --unit is the cluster's gpu-mem unit (the extender's --memory-unit): capacity and pod annotations
+    # are already in it; GPUs the device plugin published in another unit are converted.
+    code, out, _ = run(capsys, "--server", cluster.url, "--unit", "MiB", "-o", "json", "n1", "n2")
+    assert code == 0
+    n1, n2 = json.loads(out)["nodes"]
+    assert (n1["allocated"], n1["total"]) == (10, 32)
+    assert [g["total"] for g in n2["gpus"]] == [16 * 1024, 24 * 1024, 80 * 1024]
+    code, out, _ = run(capsys, "--server", cluster.url, "--unit", "MiB", "n1")
+    assert "GPU Memory(MiB)" in out.splitlines()[0]
+
+
+def test_many_pods_are_listed_page_by_page(apiserver: ApiServer, capsys: pytest.CaptureFixture[str]) -> None:
+    apiserver.add_node("big", gpus=8, gpu_mem=8 * 80)
+    for i in range(inspect.PAGE_SIZE + 100):
+        apiserver.add_pod(
+            f"p{i}", gpu_mem=[1], node_name="big", phase="Running", annotations=placed({0: {i % 8: 1}})
+        )
+    code, out, _ = run(capsys, "--server", apiserver.url, "-o", "json")
+    assert code == 0
+    assert json.loads(out)["allocated"] == inspect.PAGE_SIZE + 100
+    assert apiserver.requests[("list", "pods")] >= 1
+
+
+def test_unknown_node_exits_1_with_the_api_reason(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "--server", cluster.url, "ghost")
+    assert (code, out) == (1, "")
+    assert err.startswith("gpushare inspect: HTTP 404 NotFound")
+
+
+def test_api_failure_exits_1_with_a_clear_message(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.fail_next("list", "pods", status=500)
+    code, out, err = run(capsys, "--server", cluster.url)
+    assert (code, out) == (1, "")
+    assert "HTTP 500" in err
+
+
+def test_unreachable_api_server_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--server", "http://127.0.0.1:9", "--timeout", "2")
+    assert code == 1
+    assert err.startswith("gpushare inspect: transport")
+
+
+def test_missing_kubeconfig_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--kubeconfig", str(tmp_path / "nope"))
+    assert code == 1
+    assert "cannot configure the Kubernetes client" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--extender", "http://x", "--server", "http://y"],
+        ["--timeout", "0"],
+        ["--unit", "TiB"],
+        ["-o", "yaml"],
+    ],
+    ids=["extender-and-server", "zero-timeout", "bad-unit", "bad-output"],
+)
+def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        inspect.main(argv)
+    assert exit_.value.code == 2
+    assert "usage: gpushare inspect" in capsys.readouterr().err
+
+
+# --- --extender -------------------------------------------------------------------------------------
+
+
+class FakeExtender(http.server.ThreadingHTTPServer):
+    """A stand-in for the extender's GET <prefix>/inspect[/<node>], answering with `pages[path]`."""
+
+    pages: dict[str, tuple[int, bytes]]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: FakeExtender
+
+    def do_GET(self) -> None:
+        status, body = self.server.pages.get(self.path, (404, b'{"nodes": [], "error": "not found"}'))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def extender() -> Iterator[FakeExtender]:
+    server = FakeExtender(("127.0.0.1", 0), _Handler)
+    server.pages = {}
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def extender_answer(server: ApiServer) -> bytes:
+    """What the real extender's inspect route writes for the stand-in's nodes (its own `inspect_json`)."""
+    pods = server.objects("pods")
+    views = []
+    for node in server.objects("nodes"):
+        ledger, _ = accounting.build(node, pods)
+        views.append(
+            extender_app.inspect_json(
+                extender_cache.NodeView(
+                    ledger.node, ledger.unit, ledger.gpus(), ledger.shares(), ledger.problems()
+                )
+            )
+        )
+    return json.dumps({"nodes": views}).encode()
+
+
+def test_extender_view_matches_the_cluster_view(
+    cluster: ApiServer, extender: FakeExtender, capsys: pytest.CaptureFixture[str]
+) -> None:
+    extender.pages["/gpushare-scheduler/inspect"] = (200, extender_answer(cluster))
+    url = f"http://127.0.0.1:{extender.server_port}/gpushare-scheduler"
+    code, out, _ = run(capsys, "--extender", url, "-o", "json")
+    assert code == 0
+    from_extender = json.loads(out)
+    _, out, _ = run(capsys, "--server", cluster.url, "-o", "json")
+    from_cluster = json.loads(out)
+    for node in from_cluster["nodes"]:
+        node["address"] = ""  # the extender does not report addresses
+        node["problems"] = [p for p in node["problems"] if "not placed" not in p]  # nor skipped pods
+    from_extender["nodes"] = [n for n in from_extender["nodes"] if n["total"] or n["gpus"]]
+    assert from_extender == from_cluster
+
+
+def test_extender_unknown_node_and_bad_answers_exit_1(
+    extender: FakeExtender, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = f"http://127.0.0.1:{extender.server_port}/gpushare-scheduler"
+    code, _, err = run(capsys, "--extender", url, "ghost")
+    assert code == 1
+    assert err.strip().endswith("answered HTTP 404: not found")
+    extender.pages["/gpushare-scheduler/inspect"] = (200, b"<html>")
+    code, _, err = run(capsys, "--extender", url)
+    assert (code, "is not JSON" in err) == (1, True)
+    extender.pages["/gpushare-scheduler/inspect"] = (
+        200,
+        b'{"nodes": [{"name": "n", "devs": [{"id": 0, "totalGPU": -1}]}]}',
+    )
+    code, _, err = run(capsys, "--extender", url + "/inspect")
+    assert (code, "cannot be read" in err) == (1, True)
+
+
+def test_unreachable_extender_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "--extender", "http://127.0.0.1:9/gpushare-scheduler", "--timeout", "2")
+    assert code == 1
+    assert "cannot reach the extender" in err
+
+
+def test_empty_cluster_prints_zero_percent() -> None:
+    out = io.StringIO()
+    text = inspect_table.render_text(inspect_table.ClusterUse("GiB", ()))
+    out.write(text)
+    assert out.getvalue().splitlines()[-1] == "0/0 (0%)"

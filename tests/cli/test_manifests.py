@@ -1,0 +1,201 @@
+"""Reading manifests: files, directories, stdin; YAML streams, JSON, Lists; lines; broken input."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from webhook.cli import manifests
+
+DATA = Path(__file__).parent.parent / "data" / "check"
+
+
+def docs(items: list[manifests.Item]) -> list[manifests.Document]:
+    return [i for i in items if isinstance(i, manifests.Document)]
+
+
+def errors(items: list[manifests.Item]) -> list[manifests.ReadError]:
+    return [i for i in items if isinstance(i, manifests.ReadError)]
+
+
+def names(items: list[manifests.Item]) -> list[str]:
+    return [d.obj["metadata"]["name"] for d in docs(items)]
+
+
+def test_helm_stream_gives_each_object_its_line_and_template() -> None:
+    items = list(manifests.read_paths([str(DATA / "helm" / "rendered.yaml")]))
+    found = [(d.obj["kind"], d.line, d.origin) for d in docs(items)]
+    assert found == [
+        ("ServiceAccount", 3, "trainer/templates/serviceaccount.yaml"),
+        ("Service", 14, "trainer/templates/service.yaml"),
+        ("Deployment", 34, "trainer/templates/deployment.yaml"),
+        ("Job", 80, "trainer/templates/job.yaml"),
+    ]
+    assert errors(items) == []
+
+
+def test_field_line_points_at_the_field_inside_the_document() -> None:
+    deployment = docs(list(manifests.read_paths([str(DATA / "helm" / "rendered.yaml")])))[2]
+    path = "spec.template.spec.containers[0].resources.limits[aliyun.com/gpu-mem]"
+    assert deployment.field_line(path) == 69
+    assert deployment.field_line("spec.template") == 48
+    assert deployment.field_line("spec.template.spec.containers[0]") == 58
+    # A field that is not there resolves to its deepest present parent.
+    assert deployment.field_line("spec.template.spec.initContainers[0]") == 53
+    assert deployment.field_line("") == 34
+
+
+def test_json_list_items_are_objects_of_their_own() -> None:
+    items = list(manifests.read_paths([str(DATA / "mixed" / "list.json")]))
+    assert names(items) == ["notebook", "bad-request"]
+    # json.loads reads the file; lines are found (with the YAML composer) only when asked for.
+    assert [d.line for d in docs(items)] == [1, 1]
+    assert [d.field_line("") for d in docs(items)] == [6, 18]
+    assert docs(items)[1].field_line("spec.containers[0].resources.requests[nvidia.com/gpu]") == 25
+
+
+def test_yaml_list_items_get_the_line_of_their_item() -> None:
+    text = "apiVersion: v1\nkind: PodList\nitems:\n- kind: Pod\n  metadata: {name: a}\n"
+    text += "- kind: Pod\n  metadata:\n    name: b\n"
+    items = list(manifests.read_text("x.yaml", text))
+    assert [(d.obj["metadata"]["name"], d.line) for d in docs(items)] == [("a", 4), ("b", 6)]
+
+
+def test_concatenated_json_values_are_separate_documents() -> None:
+    text = '{"kind": "Pod", "metadata": {"name": "a"}}\n\n{"kind": "Pod",\n "metadata": {"name": "b"}}\n'
+    items = list(manifests.read_text("<stdin>", text))
+    assert [(d.obj["metadata"]["name"], d.line) for d in docs(items)] == [("a", 1), ("b", 3)]
+
+
+def test_yaml_flow_mapping_that_is_not_json_is_read_as_yaml() -> None:
+    items = list(manifests.read_text("<stdin>", "{kind: Pod, metadata: {name: flow}}\n"))
+    assert names(items) == ["flow"]
+
+
+def test_broken_yaml_keeps_the_documents_before_it_and_names_the_line() -> None:
+    items = list(manifests.read_paths([str(DATA / "mixed" / "broken.yaml")]))
+    assert names(items) == ["before-the-break"]
+    [err] = errors(items)
+    assert err.source.endswith("broken.yaml")
+    assert err.line == 18
+    assert err.problem.startswith("invalid YAML: ")
+    assert str(err).endswith(f"broken.yaml:18: {err.problem}")
+
+
+def test_broken_json_file_is_reported_as_json_with_its_line() -> None:
+    [err] = list(manifests.read_text("a.json", '{\n  "kind": "Pod",\n  "metadata": {\n}'))
+    assert isinstance(err, manifests.ReadError)
+    assert err.problem.startswith("invalid JSON: ")
+    assert err.line == 4
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("replicaCount: 1\n", "no kind: not a Kubernetes object"),
+        ("- a\n- b\n", "not a Kubernetes object (a list, not a mapping)"),
+        ("just words\n", "not a Kubernetes object (a string, not a mapping)"),
+        ("kind: 7\n", "no kind: not a Kubernetes object"),
+    ],
+    ids=["values-file", "list", "scalar", "kind-not-a-string"],
+)
+def test_documents_that_are_not_objects_are_skipped_with_a_reason(text: str, reason: str) -> None:
+    [item] = list(manifests.read_text("x.yaml", text))
+    assert isinstance(item, manifests.Skipped)
+    assert (item.line, item.reason) == (1, reason)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "\n\n", "# only a comment\n", "---\n---\n", "---\n# c\n---\n"], ids=str.strip
+)
+def test_empty_and_comment_only_streams_yield_nothing(text: str) -> None:
+    assert list(manifests.read_text("x.yaml", text)) == []
+
+
+def test_directory_is_walked_recursively_in_sorted_order_for_manifest_extensions(tmp_path: Path) -> None:
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "deep").mkdir()
+    (tmp_path / ".git").mkdir()
+    for rel in ("b/deep/z.yml", "b/a.json", "a.yaml", ".git/config.yaml", "notes.txt", ".hidden.yaml"):
+        (tmp_path / rel).write_text('{"kind": "Pod", "metadata": {"name": "x"}}')
+    found = [os.path.relpath(str(p), tmp_path) for p in manifests.expand([str(tmp_path)])]
+    assert found == ["a.yaml", "b/a.json", "b/deep/z.yml"]
+
+
+def test_named_file_is_read_whatever_its_extension(tmp_path: Path) -> None:
+    path = tmp_path / "manifest.txt"
+    path.write_text("kind: Pod\nmetadata: {name: p}\n")
+    assert names(list(manifests.read_paths([str(path)]))) == ["p"]
+
+
+def test_stdin_is_read_for_dash() -> None:
+    stdin = io.BytesIO(b"kind: Pod\nmetadata: {name: from-stdin}\n")
+    [doc] = list(manifests.read_paths(["-"], stdin))
+    assert isinstance(doc, manifests.Document)
+    assert (doc.source, doc.obj["metadata"]["name"]) == ("<stdin>", "from-stdin")
+
+
+def test_missing_path_and_empty_directory_are_errors_and_reading_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    good = DATA / "clean" / "pod.yaml"
+    items = list(manifests.read_paths([str(tmp_path / "nope.yaml"), str(tmp_path / "empty"), str(good)]))
+    assert [str(e) for e in errors(items)] == [
+        f"{tmp_path / 'nope.yaml'}: no such file or directory",
+        f"{tmp_path / 'empty'}: directory holds no .yaml, .yml or .json files",
+    ]
+    assert names(items) == ["share"]
+
+
+def test_unreadable_file_is_an_error_and_the_next_file_is_still_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = tmp_path / "secret.yaml"
+    secret.write_text("kind: Pod\n")
+    real_open = open
+
+    def refuse_secret(path, *args, **kwargs):  # root reads any file, so a mode of 0 would not stop it
+        if str(path) == str(secret):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(manifests, "open", refuse_secret, raising=False)
+    items = list(manifests.read_paths([str(secret), str(DATA / "clean" / "pod.yaml")]))
+    assert [str(e) for e in errors(items)] == [f"{secret}: cannot read: Permission denied"]
+    assert names(items) == ["share"]
+
+
+def test_binary_file_is_reported_as_not_utf8() -> None:
+    [err] = list(manifests.read_bytes("blob.yaml", b"kind: Pod\n\xff\xfe\x00"))
+    assert isinstance(err, manifests.ReadError)
+    assert (err.line, err.problem) == (2, "not UTF-8 text (byte 10)")
+
+
+def test_utf8_byte_order_mark_is_accepted() -> None:
+    assert names(
+        list(manifests.read_bytes("bom.yaml", b"\xef\xbb\xbfkind: Pod\nmetadata: {name: bom}\n"))
+    ) == ["bom"]
+
+
+def test_control_characters_are_a_yaml_error_not_a_crash() -> None:
+    [err] = list(manifests.read_text("x.yaml", "kind: Pod\nmetadata: {name: \x07}\n"))
+    assert isinstance(err, manifests.ReadError)
+    assert err.problem.startswith("invalid YAML")
+
+
+def test_deep_nesting_is_an_error_not_a_crash() -> None:
+    depth = 100_000
+    items = list(manifests.read_text("deep.json", "[" * depth + "]" * depth))
+    assert len(items) == 1
+    assert isinstance(items[0], manifests.ReadError)
+
+
+def test_alias_bomb_is_read_without_blowing_up() -> None:
+    # Aliases are shared references in PyYAML, so the "billion laughs" stays small in memory.
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    lines += [f"a{i}: &a{i} [{', '.join(f'*a{i - 1}' for _ in range(10))}]" for i in range(1, 9)]
+    text = "kind: ConfigMap\nmetadata: {name: lol}\ndata:\n" + "\n".join("  " + line for line in lines) + "\n"
+    [doc] = list(manifests.read_text("lol.yaml", text))
+    assert isinstance(doc, manifests.Document)

@@ -1,0 +1,207 @@
+"""A pod's GPU-memory demand: per-container units, init containers, the gpu-count split, bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from webhook.core import demand, resources
+
+MEM = "aliyun.com/gpu-mem"
+
+
+def ctr(limits: Any = None, requests: Any = None, name: str = "c") -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    if limits is not None:
+        res["limits"] = limits
+    if requests is not None:
+        res["requests"] = requests
+    return {"name": name, "resources": res}
+
+
+def pod(*containers: Any, init: Any = (), labels: Any = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers)}
+    if init:
+        spec["initContainers"] = list(init)
+    return {"metadata": {} if labels is None else {"labels": labels}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("container", "units"),
+    [
+        (ctr(limits={MEM: 4}), 4),
+        (ctr(limits={MEM: "4"}), 4),
+        (ctr(limits={MEM: "4000m"}), 4),
+        (ctr(requests={MEM: "3"}), 3),
+        (ctr(limits={MEM: "2"}, requests={MEM: "1"}), 2),
+        (ctr(limits={"nvidia.com/gpu": 1}), 0),
+        ({"name": "c"}, 0),
+        (ctr(limits={MEM: None}), 0),
+        (ctr(limits=[MEM]), 0),
+    ],
+    ids=[
+        "int",
+        "string",
+        "milli",
+        "request only",
+        "limit wins",
+        "other resource",
+        "no resources",
+        "null",
+        "bad limits",
+    ],
+)
+def test_container_units_reads_the_limit_then_the_request(container, units):
+    assert demand.container_units(container) == units
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0.5", "500m is not a whole number"),
+        ("-1", "-1 is not a whole number"),
+        ("1K", "unable to parse quantity's suffix"),
+        (True, "quantities must match"),
+        ([10**5000], "Exceeds the limit"),
+    ],
+    ids=["fraction", "negative", "bad suffix", "boolean", "list holding a huge int"],
+)
+def test_container_units_rejects_bad_values_with_demand_error(value, message):
+    with pytest.raises(demand.DemandError, match=r"container 'c': limits\[aliyun\.com/gpu-mem\]") as err:
+        demand.container_units(ctr(limits={MEM: value}))
+    assert message in str(err.value)
+
+
+def test_container_units_rejects_resources_that_are_not_an_object():
+    with pytest.raises(demand.DemandError, match="resources must be an object"):
+        demand.container_units({"name": "c", "resources": "x"})
+
+
+def test_pod_demand_sums_app_containers_and_keeps_init_containers_apart():
+    want = demand.pod_demand(
+        pod(ctr(limits={MEM: 2}), ctr(), ctr(limits={MEM: 3}), init=[ctr(limits={MEM: 7})])
+    )
+    assert want.containers == (2, 0, 3)
+    assert want.init_containers == (7,)
+    assert (want.total, want.effective, want.gpu_count, want.per_gpu) == (5, 7, 1, 5)
+    assert want.asks()
+
+
+def test_pod_without_gpu_memory_asks_nothing():
+    assert not demand.pod_demand(pod(ctr(limits={"nvidia.com/gpu": 1}))).asks()
+    assert not demand.pod_demand({}).asks()
+
+
+def test_gpu_count_label_splits_the_total():
+    want = demand.pod_demand(pod(ctr(limits={MEM: 8}), labels={"aliyun.com/gpu-count": "2"}))
+    assert (want.gpu_count, want.per_gpu) == (2, 4)
+
+
+def test_pod_demand_honours_configured_names():
+    names = resources.GpuResourceNames(memory="example.com/vram", count="example.com/n")
+    want = demand.pod_demand(pod(ctr(limits={"example.com/vram": 6}), labels={"example.com/n": "3"}), names)
+    assert (want.total, want.gpu_count) == (6, 3)
+
+
+@pytest.mark.parametrize(
+    ("labels", "count"),
+    [
+        (None, 1),
+        ({}, 1),
+        ({"aliyun.com/gpu-count": "3"}, 3),
+        ({"aliyun.com/gpu-count": " 2 "}, 2),
+        ({"aliyun.com/gpu-count": 4}, 4),
+    ],
+    ids=["no labels", "no label", "three", "spaces", "json number"],
+)
+def test_gpu_count_reads_the_label(labels, count):
+    assert demand.gpu_count(labels) == count
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [
+        {"aliyun.com/gpu-count": "0"},
+        {"aliyun.com/gpu-count": "-1"},
+        {"aliyun.com/gpu-count": "1.5"},
+        {"aliyun.com/gpu-count": "two"},
+        {"aliyun.com/gpu-count": "\u0663"},  # an Arabic-Indic three: a digit, but not ASCII
+        {"aliyun.com/gpu-count": "1000000"},
+        {"aliyun.com/gpu-count": "9" * 5000},
+        {"aliyun.com/gpu-count": 10**5000},
+        {"aliyun.com/gpu-count": True},
+        {"aliyun.com/gpu-count": ["2"]},
+        ["aliyun.com/gpu-count"],
+        "aliyun.com/gpu-count=2",
+    ],
+    ids=[
+        "zero",
+        "negative",
+        "fraction",
+        "words",
+        "non-ascii digit",
+        "seven digits",
+        "5000 digits",
+        "huge int",
+        "boolean",
+        "list value",
+        "labels is a list",
+        "labels is a string",
+    ],
+)
+def test_bad_gpu_count_raises_demand_error_with_a_short_message(labels):
+    with pytest.raises(demand.DemandError) as err:
+        demand.gpu_count(labels)
+    assert len(str(err.value)) < 160
+
+
+def test_check_split_needs_a_whole_number_per_gpu():
+    demand.check_split(8, 2)
+    demand.check_split(0, 4)
+    demand.check_split(7, 1)
+    with pytest.raises(demand.DemandError, match=r"split the pod's 7 units of GPU memory over 2 GPUs"):
+        demand.check_split(7, 2)
+
+
+def test_pod_demand_raises_on_an_uneven_split():
+    with pytest.raises(demand.DemandError, match="multiple of 3"):
+        demand.pod_demand(pod(ctr(limits={MEM: 4}), labels={"aliyun.com/gpu-count": "3"}))
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"spec": "x"},
+        {"metadata": ["x"], "spec": {}},
+        {"spec": {"containers": "x"}},
+        {"spec": {"containers": [1]}},
+        {"spec": {"initContainers": {"a": 1}}},
+        {"metadata": {"labels": "x"}, "spec": {}},
+    ],
+    ids=[
+        "spec string",
+        "metadata list",
+        "containers string",
+        "container number",
+        "init object",
+        "labels string",
+    ],
+)
+def test_pod_demand_raises_demand_error_on_wrong_types(obj):
+    with pytest.raises(demand.DemandError):
+        demand.pod_demand(obj)
+
+
+@given(units=st.lists(st.integers(0, 64), max_size=5), count=st.integers(1, 8))
+def test_total_and_split_agree_with_arithmetic(units, count):
+    p = pod(*(ctr(limits={MEM: str(u)}) for u in units), labels={"aliyun.com/gpu-count": str(count)})
+    if sum(units) % count:
+        with pytest.raises(demand.DemandError):
+            demand.pod_demand(p)
+    else:
+        want = demand.pod_demand(p)
+        assert want.total == sum(units)
+        assert want.per_gpu * count == sum(units)

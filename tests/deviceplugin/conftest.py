@@ -1,0 +1,102 @@
+"""Fixtures for the device plugin: a plugin serving under tmp_path and the kubelet stand-in beside it."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.standins.kubelet import Kubelet
+from webhook.core import devices, resources
+from webhook.deviceplugin import allocator, inventory, registration, server, state
+
+
+class ListPods:
+    """A PodSource over pod dicts set by the test (the watch-fed source is tested on its own)."""
+
+    def __init__(self) -> None:
+        self.pods: list[dict[str, Any]] = []
+        self.version = 0
+        self._changed = threading.Condition()
+
+    def set(self, pods: list[dict[str, Any]]) -> None:
+        with self._changed:
+            self.pods = list(pods)
+            self.version += 1
+            self._changed.notify_all()
+
+    def snapshot(self) -> tuple[int, list[devices.PodView]]:
+        with self._changed:
+            views = [devices.pod_view(p, n) for n, p in enumerate(self.pods)]
+            return self.version, [v for v in views if v is not None]
+
+    def wait_newer(self, version: int, timeout: float) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self.version != version, timeout)
+
+
+@dataclass
+class Marks:
+    marked: list[str] = field(default_factory=list)
+
+    def mark(self, pod: devices.PodView) -> None:
+        self.marked.append(pod.key)
+
+
+@dataclass
+class Plugin:
+    dir: Path
+    state: state.DeviceState
+    pods: ListPods
+    marks: Marks
+    service: server.DevicePluginService
+    server: registration.PluginServer
+    isolation: list[bool]
+
+
+def short_dir(tmp_path: Path) -> Path:
+    # A unix socket path must stay under 108 bytes.
+    path = tmp_path / "dp"
+    assert len(str(path / "kubelet.sock")) < 100, path
+    return path
+
+
+@pytest.fixture
+def make_plugin(tmp_path: Path) -> Iterator[Callable[..., Plugin]]:
+    started: list[registration.PluginServer] = []
+
+    def make(
+        fake_gpus: str = "0:16,1:16",
+        unit: str = "GiB",
+        mib_per_device: int | None = None,
+        wait_s: float = 0.3,
+    ) -> Plugin:
+        plugin_dir = short_dir(tmp_path)
+        gpus = inventory.parse_fake_gpus(fake_gpus).gpus()
+        st = state.DeviceState(gpus, devices.Granularity.parse(unit, mib_per_device))
+        pods, marks, isolation = ListPods(), Marks(), [False]
+        alloc = allocator.Allocator(
+            st, pods, marks, isolation_disabled=lambda: isolation[0], node_name="node-1", wait_s=wait_s
+        )
+        service = server.DevicePluginService(st, alloc)
+        settings = registration.RegistrationSettings(
+            plugin_dir, "gpushare.sock", resources.GPU_MEMORY, poll_s=0.05
+        )
+        srv = registration.PluginServer(service, settings).start()
+        started.append(srv)
+        return Plugin(plugin_dir, st, pods, marks, service, srv, isolation)
+
+    yield make
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture
+def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
+    k = Kubelet(short_dir(tmp_path)).start()
+    yield k
+    k.stop()

@@ -1,0 +1,95 @@
+"""`gpushare device-plugin`: flags to settings, clear exits on bad input, and a real run to SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from tests.deviceplugin.conftest import short_dir
+from tests.standins.kubelet import Kubelet
+from webhook.cli import serve_device_plugin
+
+
+def test_flags_and_node_name_become_settings():
+    args = serve_device_plugin.build_parser().parse_args(
+        ["--memory-unit", "MiB", "--mib-per-device", "64", "--fake-gpus", "0:16"]
+    )
+    settings = serve_device_plugin.settings_from_args(args, {"NODE_NAME": "n1"})
+    assert (settings.node_name, settings.granularity().label, settings.fake_gpus) == ("n1", "64MiB", "0:16")
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needle"),
+    [
+        (["--fake-gpus", "0:16"], {}, "node name is required"),
+        (["--mib-per-device", "64"], {"NODE_NAME": "n"}, "applies to --memory-unit MiB only"),
+        (["--fake-gpus", "0:1", "--inventory-file", "x.yaml"], {"NODE_NAME": "n"}, "exclusive"),
+        (["--endpoint", "a/b.sock"], {"NODE_NAME": "n"}, "socket file name"),
+    ],
+    ids=["no-node-name", "block-with-gib", "two-inventories", "bad-endpoint"],
+)
+def test_bad_settings_exit_2_with_the_reason(monkeypatch, capsys, argv, env, needle):
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert serve_device_plugin.main(argv) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_unusable_inventory_exits_1(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("NODE_NAME", "n")
+    assert serve_device_plugin.main(["--fake-gpus", "0:zero", "--device-plugin-dir", str(tmp_path)]) == 1
+    assert "--fake-gpus" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apiserver, tmp_path):
+    apiserver.add_node("n1")
+    plugin_dir = short_dir(tmp_path)
+    kubelet = Kubelet(plugin_dir).start()
+    port = _free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "webhook",
+        "device-plugin",
+        "--fake-gpus",
+        "0:4,1:2",
+        "--api-host",
+        apiserver.url,
+    ]
+    argv += ["--device-plugin-dir", str(plugin_dir), "--health-port", str(port), "--log-format", "text"]
+    proc = subprocess.Popen(
+        argv, env={"NODE_NAME": "n1", "PATH": "/usr/bin:/bin"}, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        kubelet.wait(lambda k: len(k.devices) == 6, timeout=20)
+
+        def healthz() -> int:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
+                    return int(reply.status)
+            except OSError:
+                return 0
+
+        apiserver.wait_for(lambda: healthz() == 200, timeout=10, what="/healthz")
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
+            assert b"gpushare_device_plugin_list_bytes" in reply.read()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        kubelet.stop()

@@ -1,0 +1,64 @@
+"""Serve, register, and register again when the kubelet restarts (sockets deleted, kubelet.sock anew)."""
+
+from __future__ import annotations
+
+import time
+
+from tests.deviceplugin.conftest import short_dir
+from tests.deviceplugin.placed import placed_pod
+from tests.standins.kubelet import Kubelet
+
+
+def test_plugin_started_before_the_kubelet_registers_once_it_appears(make_plugin, tmp_path):
+    plugin = make_plugin("0:2")
+    time.sleep(0.2)  # a few polls without kubelet.sock
+    assert not plugin.server.registered.is_set()
+    kubelet = Kubelet(short_dir(tmp_path)).start()
+    try:
+        kubelet.wait(lambda k: len(k.devices) == 2)
+        assert len(kubelet.registrations) == 1
+    finally:
+        kubelet.stop()
+
+
+def test_kubelet_restart_reregisters_and_loses_no_allocation(make_plugin, kubelet):
+    plugin = make_plugin("0:8,1:8")
+    kubelet.wait(lambda k: len(k.devices) == 16)
+    first = placed_pod("first", [2, 2], {0: {0: 2}, 1: {1: 2}}, assume=1)
+    second = placed_pod("second", [2], {0: {1: 2}}, assume=2)
+    plugin.pods.set([first, second])
+    # The kubelet restarts between the two containers of `first`.
+    ids = kubelet.choose(2)
+    env0 = dict(kubelet.allocate_ids(ids).container_responses[0].envs)
+    kubelet.in_use["uid-first"] = set(ids)
+    kubelet.restart()
+    kubelet.wait(lambda k: len(k.registrations) == 2 and len(k.devices) == 16, timeout=10)
+    assert plugin.server.registrations == 2
+    env1 = dict(kubelet.allocate_ids(kubelet.choose(2)).container_responses[0].envs)
+    assert (env0["ALIYUN_COM_GPU_MEM_IDX"], env1["ALIYUN_COM_GPU_MEM_IDX"]) == ("0", "1")
+    assert plugin.marks.marked == ["default/first"]
+    # The book still knows `first` is done: the next 2-unit container is `second`'s, not `first`'s again.
+    assert kubelet.admit(second)[0]["ALIYUN_COM_GPU_MEM_IDX"] == "1"
+    assert plugin.marks.marked == ["default/first", "default/second"]
+
+
+def test_deleting_only_the_plugin_socket_makes_it_serve_and_register_again(make_plugin, kubelet):
+    plugin = make_plugin("0:2")
+    kubelet.wait(lambda k: len(k.registrations) == 1)
+    (plugin.dir / "gpushare.sock").unlink()
+    kubelet.wait(lambda k: len(k.registrations) == 2, timeout=10)
+    kubelet.wait(lambda k: len(k.devices) == 2)
+    assert (plugin.dir / "gpushare.sock").exists()
+
+
+def test_register_refused_by_the_kubelet_is_retried_not_fatal(make_plugin, tmp_path):
+    kubelet = Kubelet(short_dir(tmp_path), resource_name="example.com/other").start()
+    try:
+        plugin = make_plugin("0:2")
+        time.sleep(0.3)
+        assert not plugin.server.registered.is_set()
+        assert kubelet.registrations == []
+        kubelet.resource_name = "aliyun.com/gpu-mem"
+        kubelet.wait(lambda k: len(k.registrations) == 1, timeout=10)
+    finally:
+        kubelet.stop()

@@ -1,0 +1,91 @@
+"""Builders of the Pod and Node JSON the extender tests feed in, and a fake BindingApi."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core import annotations as ann
+from webhook.core import resources
+from webhook.extender.binder import ApiFailure
+
+
+def node(name: str, *sizes: int, unhealthy: tuple[int, ...] = ()) -> dict[str, Any]:
+    devices = ann.NodeDevices(
+        "GiB",
+        tuple(ann.GpuDevice(i, f"GPU-{name}-{i}", m, i not in unhealthy) for i, m in enumerate(sizes)),
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": {resources.NODE_DEVICES_ANNOTATION: devices.to_json()}},
+        "status": {"capacity": {resources.GPU_MEMORY: str(sum(sizes)), resources.GPU_COUNT: str(len(sizes))}},
+    }
+
+
+def pod(
+    name: str,
+    *gpu_mem: int,
+    namespace: str = "default",
+    uid: str | None = None,
+    gpu_count: int | None = None,
+    node_name: str | None = None,
+    placed: dict[int, dict[int, int]] | None = None,
+    phase: str = "Pending",
+    policy: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
+    if gpu_count is not None:
+        meta["labels"] = {resources.GPU_COUNT_LABEL: str(gpu_count)}
+    notes: dict[str, str] = {}
+    if placed is not None:
+        notes.update(ann.encode(ann.Placement(ann.Allocation(placed), 16, 1)))
+    if policy is not None:
+        notes[resources.PLACEMENT_POLICY_ANNOTATION] = policy
+    if notes:
+        meta["annotations"] = notes
+    containers = [
+        {"name": f"c{i}", "image": "x", "resources": {"limits": {resources.GPU_MEMORY: str(m)}} if m else {}}
+        for i, m in enumerate(gpu_mem or (0,))
+    ]
+    spec: dict[str, Any] = {"containers": containers}
+    if node_name:
+        spec["nodeName"] = node_name
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+class FakeApi:
+    """A BindingApi in memory: pods by key; `failures` pops one (status, message) per bind call."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.failures: list[tuple[int, str]] = []
+        self.bound: list[tuple[str, str, dict[str, str]]] = []
+        self.lock = threading.Lock()
+        self.apply_failed_bind = False  # a bind that fails but did happen (lost reply)
+
+    def add(self, obj: dict[str, Any]) -> None:
+        self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        with self.lock:
+            key = f"{namespace}/{name}"
+            failure = self.failures.pop(0) if self.failures else None
+            if failure is not None and not self.apply_failed_bind:
+                raise ApiFailure(*failure)
+            pod = self.pods.get(key)
+            if pod is None:
+                raise ApiFailure(404, f'pods "{name}" not found')
+            if uid and pod["metadata"]["uid"] != uid:
+                raise ApiFailure(409, "Precondition failed: UID in precondition")
+            if pod["spec"].get("nodeName"):
+                raise ApiFailure(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
+            pod["spec"]["nodeName"] = node
+            pod["metadata"].setdefault("annotations", {}).update(annotations)
+            self.bound.append((key, node, dict(annotations)))
+            if failure is not None:
+                raise ApiFailure(*failure)
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.pods.get(f"{namespace}/{name}")

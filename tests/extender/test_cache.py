@@ -1,0 +1,114 @@
+"""Tests for webhook.extender.cache: ledgers kept right through watch events, resyncs and assumptions."""
+
+from __future__ import annotations
+
+from tests.extender.factory import node, pod
+from webhook.core import annotations as ann
+from webhook.extender.cache import ADDED, ASSUME_TTL_NS, DELETED, MODIFIED, Cache
+
+
+def used(cache: Cache, name: str) -> list[int]:
+    view = cache.view(name)
+    assert view is not None
+    return [g.used for g in view.gpus]
+
+
+def fed(*objs) -> Cache:
+    cache = Cache()
+    cache.nodes_resync([o for o in objs if "containers" not in o.get("spec", {})])
+    cache.pods_resync([o for o in objs if "containers" in o.get("spec", {})])
+    return cache
+
+
+def test_pods_are_counted_on_their_node_and_gpu():
+    cache = fed(node("n1", 16, 16), pod("a", 4, node_name="n1", placed={0: {1: 4}}), pod("b", 2))
+    assert used(cache, "n1") == [0, 4]
+    assert cache.stats() == {"nodes": 1, "pods": 2, "assumed": 0}
+
+
+def test_pods_that_ask_for_no_gpu_memory_are_not_kept():
+    cache = fed(node("n1", 16), pod("cpu"))
+    assert cache.pod("default/cpu") is None
+
+
+def test_finished_and_deleted_pods_stop_counting():
+    cache = fed(node("n1", 16), pod("a", 4, node_name="n1", placed={0: {0: 4}}))
+    cache.pod_event(MODIFIED, pod("a", 4, node_name="n1", placed={0: {0: 4}}, phase="Succeeded"))
+    assert used(cache, "n1") == [0]
+    cache.pod_event(MODIFIED, pod("a", 4, node_name="n1", placed={0: {0: 4}}, phase="Running"))
+    cache.pod_event(DELETED, pod("a", 4, node_name="n1", placed={0: {0: 4}}))
+    assert used(cache, "n1") == [0]
+
+
+def test_pod_seen_before_its_node_counts_once_the_node_arrives():
+    cache = Cache()
+    cache.pod_event(ADDED, pod("a", 4, node_name="n1", placed={0: {0: 4}}))
+    assert cache.view("n1") is None
+    cache.node_event(ADDED, node("n1", 8))
+    assert used(cache, "n1") == [4]
+
+
+def test_node_gpu_count_change_is_seen_at_once():
+    cache = fed(node("n1", 8), pod("a", 4, node_name="n1", placed={0: {0: 4}}))
+    cache.node_event(MODIFIED, node("n1", 8, 8, 8))
+    assert used(cache, "n1") == [4, 0, 0]
+    cache.node_event(MODIFIED, node("n1", 8, 8, 8, unhealthy=(1,)))
+    view = cache.view("n1")
+    assert view is not None
+    assert [g.free for g in view.gpus] == [4, 0, 8]
+
+
+def test_resync_removes_what_disappeared_while_the_watch_was_down():
+    cache = fed(node("n1", 8), node("n2", 8), pod("a", 4, node_name="n1", placed={0: {0: 4}}))
+    cache.nodes_resync([node("n1", 8)])
+    cache.pods_resync([])
+    assert used(cache, "n1") == [0]
+    assert cache.node_names() == ["n1"]
+
+
+def test_assumed_pod_counts_until_the_watch_shows_it_bound():
+    cache = fed(node("n1", 8), pod("a", 4))
+    cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
+    assert used(cache, "n1") == [4]
+    # A late event from before the bind (no node yet) must not drop the assumption.
+    cache.pod_event(MODIFIED, pod("a", 4))
+    assert used(cache, "n1") == [4]
+    cache.pod_event(MODIFIED, pod("a", 4, node_name="n1", placed={0: {0: 4}}))
+    assert cache.assumed() == {}
+    assert used(cache, "n1") == [4]
+
+
+def test_forgetting_a_failed_bind_releases_its_memory():
+    cache = fed(node("n1", 8), pod("a", 4))
+    cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
+    cache.forget("default/a", "other-uid")
+    assert used(cache, "n1") == [4]
+    cache.forget("default/a", "uid-a")
+    assert used(cache, "n1") == [0]
+
+
+def test_assumption_is_dropped_when_the_pod_is_deleted_or_expires():
+    cache = fed(node("n1", 8), pod("a", 4), pod("b", 2))
+    cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
+    cache.assume("default/b", "uid-b", "n1", ann.Allocation({0: {0: 2}}), now_ns=1)
+    cache.pod_event(DELETED, pod("a", 4))
+    assert used(cache, "n1") == [2]
+    assert cache.expire_assumptions(now_ns=2) == 0
+    assert cache.expire_assumptions(now_ns=2 + ASSUME_TTL_NS) == 1
+    assert used(cache, "n1") == [0]
+
+
+def test_unreadable_placement_is_reported_on_the_node():
+    broken = pod("a", 4, node_name="n1")
+    broken["metadata"]["annotations"] = {"scheduler.framework.gpushare.allocation": "{"}
+    cache = fed(node("n1", 8), broken)
+    view = cache.view("n1")
+    assert view is not None
+    assert "not JSON" in view.problems[0]
+
+
+def test_node_deleted_keeps_no_gpus():
+    cache = fed(node("n1", 8))
+    cache.node_event(DELETED, node("n1", 8))
+    assert cache.view("n1") is None
+    assert cache.ledger("n1") is None

@@ -1,0 +1,172 @@
+"""The uvicorn runner over real sockets on loopback: HTTP and HTTPS, TLS versions, probes, start errors."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client import CollectorRegistry
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
+
+from webhook.serving import metrics, probes, server, tls
+
+
+def make_app(readiness: probes.Readiness, registry: CollectorRegistry) -> Starlette:
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("hello")
+
+    return Starlette(routes=[Route("/", hello), *probes.probe_routes(readiness, registry)])
+
+
+@pytest.fixture
+def cert_dir(tmp_path: Path) -> tls.CertDir:
+    return tls.write_cert_dir(tmp_path / "certs", datetime.now(UTC))
+
+
+def options(files: tls.TlsFiles | None = None) -> server.ServeOptions:
+    return server.ServeOptions(host="127.0.0.1", port=0, tls=files, graceful_shutdown_s=1)
+
+
+def client_context(cert_dir: tls.CertDir, version: ssl.TLSVersion | None = None) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(cert_dir.ca_cert))
+    if version is not None:
+        ctx.minimum_version = ctx.maximum_version = version
+    return ctx
+
+
+def test_plain_http_serves_the_app_and_probes():
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    with server.AppServer(make_app(readiness, registry), options(), readiness) as srv:
+        assert srv.url.startswith("http://127.0.0.1:")
+        assert httpx.get(srv.url + "/").text == "hello"
+        assert httpx.get(srv.url + "/healthz").json() == {"status": "ok"}
+        assert httpx.get(srv.url + "/readyz").status_code == 200
+    assert readiness.failing() == ["serving"]
+
+
+def test_readyz_is_503_until_serving_and_names_failing_checks():
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    app = make_app(readiness, registry)
+    transport = httpx.ASGITransport(app=app)
+
+    async def get() -> httpx.Response:
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get("/readyz")
+
+    response = asyncio.run(get())
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["serving"]
+    readiness.set_serving(True)
+    readiness.add_check("cache", lambda: False)
+    readiness.add_check("broken", lambda: 1 / 0 == 0)
+    assert asyncio.run(get()).json()["failing"] == ["cache", "broken"]
+
+
+def test_metrics_route_exposes_the_app_registry_only():
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    stats = metrics.RequestMetrics(registry, "unit")
+    stats.observe("filter", "ok", 0.002)
+    with server.AppServer(make_app(readiness, registry), options(), readiness) as srv:
+        text = httpx.get(srv.url + "/metrics").text
+    assert 'unit_requests_total{endpoint="filter",outcome="ok"} 1.0' in text
+    assert 'unit_request_duration_seconds_bucket{endpoint="filter",le="0.0025"} 1.0' in text
+    assert "python_gc" not in text  # not the global registry
+
+
+def test_https_serves_with_the_generated_certificate(cert_dir):
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    with server.AppServer(make_app(readiness, registry), options(cert_dir.serving), readiness) as srv:
+        assert srv.url.startswith("https://")
+        with httpx.Client(verify=client_context(cert_dir)) as client:
+            assert client.get(srv.url + "/").text == "hello"
+            assert client.get(f"https://localhost:{srv.port}/readyz").status_code == 200
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"])
+def test_tls_1_2_and_1_3_are_accepted(cert_dir, version):
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    with server.AppServer(make_app(readiness, registry), options(cert_dir.serving), readiness) as srv:
+        ctx = client_context(cert_dir, version)
+        with (
+            socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
+            ctx.wrap_socket(raw, server_hostname="localhost") as conn,
+        ):
+            assert conn.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+            assert conn.selected_alpn_protocol() in (None, "http/1.1")
+
+
+def old_tls_client(cert_dir: tls.CertDir, version: ssl.TLSVersion) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(cert_dir.ca_cert))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        ctx.minimum_version = ctx.maximum_version = version
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer the old version at all
+    return ctx
+
+
+def memory_handshake(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext) -> str | None:
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
+    srv = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for side in (client, srv):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    return client.version()
+
+
+@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1], ids=["tls1.0", "tls1.1"])
+def test_tls_below_1_2_is_refused(cert_dir, version):
+    # Control: this client really speaks the old version with a server that allows it.
+    permissive = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        permissive.minimum_version = ssl.TLSVersion.TLSv1
+    permissive.set_ciphers("DEFAULT:@SECLEVEL=0")
+    permissive.load_cert_chain(cert_dir.serving.cert, cert_dir.serving.key)
+    expected = {ssl.TLSVersion.TLSv1: "TLSv1", ssl.TLSVersion.TLSv1_1: "TLSv1.1"}[version]
+    assert memory_handshake(old_tls_client(cert_dir, version), permissive) == expected
+
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    with server.AppServer(make_app(readiness, registry), options(cert_dir.serving), readiness) as srv:
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw:
+            ctx = old_tls_client(cert_dir, version)
+            with pytest.raises(ssl.SSLError), ctx.wrap_socket(raw, server_hostname="localhost"):
+                pass
+        # The server is unharmed and still answers a modern client.
+        with httpx.Client(verify=client_context(cert_dir)) as client:
+            assert client.get(srv.url + "/").text == "hello"
+
+
+def test_a_port_in_use_is_a_serve_error_naming_the_address():
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(server.ServeError, match=f"127.0.0.1:{port}"):
+            server.AppServer(make_app(probes.Readiness(), CollectorRegistry()), server.ServeOptions("127.0.0.1", port))
+
+
+def test_missing_certificates_fail_before_binding(tmp_path):
+    files = tls.TlsFiles.in_dir(tmp_path)
+    with pytest.raises(tls.TlsError):
+        server.AppServer(make_app(probes.Readiness(), CollectorRegistry()), options(files))
+
+
+def test_an_app_server_that_never_ran_releases_its_socket_on_stop():
+    srv = server.AppServer(make_app(probes.Readiness(), CollectorRegistry()), options())
+    port = srv.port
+    srv.stop()
+    with socket.create_server(("127.0.0.1", port)):
+        pass

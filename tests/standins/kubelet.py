@@ -1,0 +1,193 @@
+"""A kubelet STAND-IN (emulator) for device-plugin tests: the real v1beta1 gRPC over unix sockets.
+
+Not a kubelet: only its device-manager side. It serves `Registration` on `<dir>/kubelet.sock`; inside
+Register it checks version and resource name, dials the plugin back and calls GetDevicePluginOptions
+before answering (as current kubelets do), then reads ListAndWatch in the background with the
+kubelet's 4 MB receive limit. `admit(pod)` calls Allocate once per GPU container (init containers
+first), choosing free healthy device IDs itself; `restart()` deletes the socket files and recreates
+kubelet.sock. Devices in use survive restarts, like the kubelet's checkpoint.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from webhook.core import demand, resources
+from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+
+KUBELET_MAX_MESSAGE = 4 * 1024 * 1024  # grpc-go's default receive limit, which the kubelet keeps
+
+
+class _Registration(api_pb2_grpc.RegistrationServicer):
+    def __init__(self, kubelet: Kubelet) -> None:
+        self.kubelet = kubelet
+
+    def Register(  # noqa: N802
+        self, request: api_pb2.RegisterRequest, context: grpc.ServicerContext
+    ) -> api_pb2.Empty:
+        k = self.kubelet
+        if request.version != "v1beta1":
+            context.abort(
+                grpc.StatusCode.UNKNOWN,
+                f'requested API version "{request.version}" is not supported by kubelet. '
+                'Supported version is ["v1beta1"]',
+            )
+        if request.resource_name != k.resource_name:
+            context.abort(grpc.StatusCode.UNKNOWN, f'the ResourceName "{request.resource_name}" is invalid')
+        channel = grpc.insecure_channel(
+            f"unix://{k.plugin_dir / request.endpoint}",
+            options=[("grpc.max_receive_message_length", KUBELET_MAX_MESSAGE)],
+        )
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            options = api_pb2_grpc.DevicePluginStub(channel).GetDevicePluginOptions(
+                api_pb2.Empty(), timeout=10
+            )
+        except (grpc.FutureTimeoutError, grpc.RpcError) as err:
+            channel.close()
+            context.abort(grpc.StatusCode.UNKNOWN, f"failed to dial device plugin: {err}")
+        k._connected(request, options, channel)
+        return api_pb2.Empty()
+
+
+class Kubelet:
+    def __init__(self, plugin_dir: Path, resource_name: str = resources.GPU_MEMORY) -> None:
+        self.plugin_dir = plugin_dir
+        self.resource_name = resource_name
+        self.registrations: list[api_pb2.RegisterRequest] = []
+        self.options: api_pb2.DevicePluginOptions | None = None
+        self.devices: dict[str, str] = {}  # ID -> health, from the last ListAndWatch message
+        self.messages = 0
+        self.stream_errors: list[str] = []
+        self.in_use: dict[str, set[str]] = {}  # pod uid -> device IDs (the "checkpoint")
+        self._lock = threading.Condition()
+        self._server: grpc.Server | None = None
+        self._channel: grpc.Channel | None = None
+        self._stub: api_pb2_grpc.DevicePluginStub | None = None
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> Kubelet:
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        srv = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        api_pb2_grpc.add_RegistrationServicer_to_server(_Registration(self), srv)
+        srv.add_insecure_port(f"unix://{self.plugin_dir / 'kubelet.sock'}")
+        srv.start()
+        self._server = srv
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(0).wait(5)
+            self._server = None
+        self._disconnect()
+
+    def restart(self) -> None:
+        """What a kubelet restart looks like to a plugin: every socket file deleted, kubelet.sock anew."""
+        self.stop()
+        for path in self.plugin_dir.glob("*.sock"):
+            path.unlink(missing_ok=True)
+        with self._lock:
+            self.devices = {}
+        self.start()
+
+    def _disconnect(self) -> None:
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            channel.close()
+
+    def _connected(
+        self, request: api_pb2.RegisterRequest, options: api_pb2.DevicePluginOptions, channel: grpc.Channel
+    ) -> None:
+        self._disconnect()  # a second registration replaces the earlier endpoint
+        with self._lock:
+            self.registrations.append(request)
+            self.options = options
+            self._channel, self._stub = channel, api_pb2_grpc.DevicePluginStub(channel)
+            self._lock.notify_all()
+        threading.Thread(target=self._watch, args=(self._stub,), daemon=True).start()
+
+    def _watch(self, stub: api_pb2_grpc.DevicePluginStub) -> None:
+        try:
+            for message in stub.ListAndWatch(api_pb2.Empty()):
+                with self._lock:
+                    self.devices = {d.ID: d.health for d in message.devices}
+                    self.messages += 1
+                    self._lock.notify_all()
+        except grpc.RpcError as err:
+            if err.code() != grpc.StatusCode.CANCELLED:
+                with self._lock:
+                    self.stream_errors.append(f"{err.code().name}: {err.details()}")
+                    self._lock.notify_all()
+
+    # observation -------------------------------------------------------------------------------
+    def wait(self, predicate: Callable[[Kubelet], bool], timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while not predicate(self):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(
+                        f"kubelet stand-in: condition not met in {timeout}s (registrations="
+                        f"{len(self.registrations)}, devices={len(self.devices)}, "
+                        f"errors={self.stream_errors})"
+                    )
+                self._lock.wait(min(left, 0.1))
+
+    def healthy(self) -> list[str]:
+        with self._lock:
+            return sorted(i for i, h in self.devices.items() if h == "Healthy")
+
+    # allocation --------------------------------------------------------------------------------
+    def allocate_ids(self, ids: list[str], timeout: float = 10.0) -> api_pb2.AllocateResponse:
+        assert self._stub is not None, "no plugin registered"
+        request = api_pb2.AllocateRequest(
+            container_requests=[api_pb2.ContainerAllocateRequest(devices_ids=ids)]
+        )
+        response: api_pb2.AllocateResponse = self._stub.Allocate(request, timeout=timeout)
+        return response
+
+    def choose(self, count: int) -> list[str]:
+        """Free healthy devices, as the kubelet's device manager picks them (not per GPU)."""
+        with self._lock:
+            used = set().union(*self.in_use.values()) if self.in_use else set()
+            free = [i for i, h in sorted(self.devices.items()) if h == "Healthy" and i not in used]
+        if len(free) < count:
+            raise LookupError(
+                f"requested number of devices unavailable. Requested: {count}, Available: {len(free)}"
+            )
+        return free[:count]
+
+    def admit(self, pod: Mapping[str, Any]) -> list[dict[str, str]]:
+        """Allocate for each GPU container of the pod, in the kubelet's order; the envs, one per call.
+
+        On an error the pod is rejected (its devices freed) and the grpc.RpcError propagates.
+        """
+        uid = str(pod["metadata"]["uid"])
+        spec = pod.get("spec") or {}
+        envs = []
+        containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        try:
+            for container in containers:
+                count = demand.container_units(container, self.resource_name)
+                if count <= 0:
+                    continue
+                ids = self.choose(count)
+                response = self.allocate_ids(ids)
+                with self._lock:
+                    self.in_use.setdefault(uid, set()).update(ids)
+                envs.append(dict(response.container_responses[0].envs))
+        except Exception:
+            self.release(uid)
+            raise
+        return envs
+
+    def release(self, uid: str) -> None:
+        with self._lock:
+            self.in_use.pop(uid, None)

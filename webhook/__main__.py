@@ -1,0 +1,7 @@
+"""`python -m webhook`: the same as the `gpushare` command."""
+
+import sys
+
+from webhook.cli.main import main
+
+sys.exit(main())

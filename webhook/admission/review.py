@@ -1,0 +1,208 @@
+"""AdmissionReview v1 request dict -> response dict (contracts §1), deciding with `webhook.core.verdict`.
+
+Pure apart from nothing: no I/O, no clock. `ReviewError` means the request itself is malformed (HTTP 400);
+a rule failure is an ordinary denial inside a 200 response.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, TypedDict
+
+from webhook.core import verdict
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+MAX_WARNING_CHARS = 120  # contracts §1.5: longer ones may be truncated by the API server
+
+Endpoint = Literal["mutate", "validate"]
+# What happened, for logs and metrics: skipped = allowed without looking at the object.
+Outcome = Literal["allowed", "patched", "denied", "skipped"]
+
+
+class ReviewError(ValueError):
+    """A request that is not a usable AdmissionReview v1; answered with HTTP 400 and this message."""
+
+
+class Status(TypedDict):
+    status: str
+    code: int
+    reason: str
+    message: str
+
+
+class Response(TypedDict):
+    uid: str
+    allowed: bool
+    status: NotRequired[Status]
+    patch: NotRequired[str]
+    patchType: NotRequired[str]
+    warnings: NotRequired[list[str]]
+
+
+class Review(TypedDict):
+    apiVersion: str
+    kind: str
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The fields of `request` we act on, checked for type."""
+
+    uid: str
+    kind: str  # request.kind.kind, e.g. "Pod"
+    group: str  # request.kind.group, "" for core
+    operation: str
+    namespace: str
+    name: str
+    sub_resource: str
+    obj: Mapping[str, Any] | None
+
+    @property
+    def is_core_pod(self) -> bool:
+        return self.kind == "Pod" and self.group == ""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """What a review decides with: the core rule policy and the namespaces left alone."""
+
+    rules: verdict.Policy
+    excluded_namespaces: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    review: Review
+    request: Request
+    outcome: Outcome
+    violations: int = 0
+
+
+def parse(body: Any) -> Request:
+    """Check the envelope and the request fields we use; ReviewError says what is wrong."""
+    if not isinstance(body, dict):
+        raise ReviewError(f"body must be a JSON object (an AdmissionReview), got {_type(body)}")
+    if body.get("apiVersion") != API_VERSION or body.get("kind") != KIND:
+        raise ReviewError(
+            f"expected apiVersion {API_VERSION!r} and kind {KIND!r}, "
+            f"got {_short(body.get('apiVersion'))} and {_short(body.get('kind'))}"
+        )
+    req = body.get("request")
+    if not isinstance(req, dict):
+        raise ReviewError(f"request must be an object, got {_type(req)}")
+    uid = req.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid must be a non-empty string")
+    gvk = req.get("kind")
+    if not isinstance(gvk, dict) or not isinstance(gvk.get("kind"), str) or not gvk["kind"]:
+        raise ReviewError("request.kind must be an object with a non-empty string kind")
+    group = gvk.get("group", "")
+    if not isinstance(group, str):
+        raise ReviewError("request.kind.group must be a string")
+    operation = req.get("operation")
+    if operation not in OPERATIONS:
+        raise ReviewError(
+            f"request.operation must be one of {', '.join(OPERATIONS)}, got {_short(operation)}"
+        )
+    text = {}
+    for key in ("namespace", "name", "subResource"):
+        value = req.get(key)
+        if value is None:
+            value = ""
+        if not isinstance(value, str):
+            raise ReviewError(f"request.{key} must be a string, got {_type(value)}")
+        text[key] = value
+    obj = req.get("object")
+    if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
+        raise ReviewError(f"request.object must be an object for {operation}, got {_type(obj)}")
+    return Request(
+        uid=uid,
+        kind=gvk["kind"],
+        group=group,
+        operation=operation,
+        namespace=text["namespace"],
+        name=text["name"],
+        sub_resource=text["subResource"],
+        obj=obj if isinstance(obj, dict) else None,
+    )
+
+
+def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
+    """Answer one AdmissionReview for /mutate or /validate (the response envelope, uid echoed)."""
+    req = parse(body)
+    if not _examined(req, endpoint, policy):
+        return Result(_envelope({"uid": req.uid, "allowed": True}), req, "skipped")
+    assert req.obj is not None  # _examined is false without an object
+    found = verdict.evaluate(req.obj, policy.rules)
+    response: Response = {"uid": req.uid, "allowed": found.allowed}
+    warnings = clean_warnings(found.warnings)
+    if warnings:
+        response["warnings"] = warnings
+    if not found.allowed:
+        response["status"] = {
+            "status": "Failure",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": found.message(),
+        }
+        return Result(_envelope(response), req, "denied", len(found.violations))
+    if endpoint == "mutate":
+        ops = verdict.mutation_patch(req.obj, found, policy.rules)
+        if ops:
+            raw = json.dumps(ops, separators=(",", ":")).encode()
+            response["patch"] = base64.b64encode(raw).decode("ascii")
+            response["patchType"] = "JSONPatch"
+            return Result(_envelope(response), req, "patched")
+    return Result(_envelope(response), req, "allowed")
+
+
+def _examined(req: Request, endpoint: Endpoint, policy: Policy) -> bool:
+    """Whether the rules look at this request at all; everything else is allowed untouched."""
+    if req.obj is None or req.sub_resource or req.namespace in policy.excluded_namespaces:
+        return False
+    if endpoint == "mutate":
+        # Only new Pods are mutated; workloads never are (no drift for GitOps tools).
+        return req.operation == "CREATE" and req.is_core_pod
+    if req.operation not in ("CREATE", "UPDATE"):
+        return False
+    # An object being deleted may still need updates (finalizers removed); never block those.
+    metadata = req.obj.get("metadata")
+    return not (
+        req.operation == "UPDATE" and isinstance(metadata, dict) and metadata.get("deletionTimestamp")
+    )
+
+
+def clean_warnings(warnings: tuple[str, ...] | list[str]) -> list[str]:
+    """Warnings the API server keeps (§1.5): no control characters, <= 120 characters, no duplicates."""
+    out: list[str] = []
+    for text in warnings:
+        line = "".join(ch if ch.isprintable() else " " for ch in str(text)).strip()
+        if len(line) > MAX_WARNING_CHARS:
+            line = line[: MAX_WARNING_CHARS - 3] + "..."
+        if line and line not in out:
+            out.append(line)
+    return out
+
+
+def error_body(message: str) -> dict[str, Any]:
+    """The JSON body of a 4xx/5xx answer (not an AdmissionReview: the API server treats it as a failure)."""
+    return {"error": message}
+
+
+def _envelope(response: Response) -> Review:
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
+def _type(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."

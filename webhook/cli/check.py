@@ -1,0 +1,179 @@
+"""`gpushare check`: the webhook's rules on manifests before they reach a cluster.
+
+Every object goes through `webhook.core.verdict.evaluate`, the call the webhook makes, so the messages are
+the webhook's; this module only reads files, places findings at a line and sets the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+from webhook.admission import settings as admission_settings
+from webhook.cli import manifests, report
+from webhook.core import verdict
+
+OUTPUTS = ("text", "json")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckSettings:
+    paths: tuple[str, ...]
+    output: str = "text"
+    policy: verdict.Policy = field(default_factory=verdict.Policy)
+    # Objects in these namespaces are left alone by the webhook, so check skips them too.
+    excluded_namespaces: frozenset[str] = frozenset()
+    quiet: bool = False
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpushare check",
+        description=(
+            "Check Kubernetes manifests with the admission webhook's GPU rules, offline. "
+            "Exit status: 0 clean, 1 violations, 2 unreadable input."
+        ),
+        epilog="example: helm template ./chart | gpushare check -",
+    )
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="manifest files, directories (searched for .yaml, .yml, .json) or - for stdin",
+    )
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (text)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="the webhook's YAML config file: resources, isolation, schedulerName, excludedNamespaces",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_true", help="text output: only violations, warnings and errors"
+    )
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except admission_settings.ConfigError as err:
+        print(f"gpushare check: {err}", file=sys.stderr)
+        return report.UNREADABLE
+    return run(settings)
+
+
+def settings_from_args(args: argparse.Namespace) -> CheckSettings:
+    config: dict[str, Any] = admission_settings.load_config(args.config) if args.config else {}
+    return CheckSettings(
+        paths=tuple(args.paths),
+        output=args.output,
+        policy=admission_settings.policy_from_config(config),
+        excluded_namespaces=admission_settings.excluded_from_config(config),
+        quiet=args.quiet,
+    )
+
+
+def run(settings: CheckSettings, stdin: BinaryIO | None = None, out: TextIO | None = None) -> int:
+    found = check_paths(settings.paths, settings.policy, settings.excluded_namespaces, stdin)
+    text = (
+        report.render_json(found) if settings.output == "json" else report.render_text(found, settings.quiet)
+    )
+    (out or sys.stdout).write(text)
+    return found.exit_code
+
+
+def check_paths(
+    paths: Sequence[str],
+    policy: verdict.Policy,
+    excluded_namespaces: frozenset[str] = frozenset(),
+    stdin: BinaryIO | None = None,
+) -> report.Report:
+    """Read and check every path; documents are checked as they are read and then dropped."""
+    found = report.Report()
+    sources: set[str] = set()
+    for item in manifests.read_paths(paths, stdin):
+        sources.add(item.source)
+        if isinstance(item, manifests.ReadError):
+            found.errors.append(report.Problem(item.source, item.line, item.problem))
+        elif isinstance(item, manifests.Skipped):
+            found.skipped.append(report.Problem(item.source, item.line, item.reason))
+        else:
+            namespace = _text(_metadata(item.obj).get("namespace"))
+            if namespace in excluded_namespaces:
+                found.skipped.append(
+                    report.Problem(item.source, item.line, f"namespace {namespace} is excluded")
+                )
+                continue
+            found.objects += 1
+            try:
+                result = check_document(item, policy)
+            except Exception as err:  # a core bug must not hide the other 9,999 objects' findings
+                found.errors.append(
+                    report.Problem(item.source, item.line, f"internal error checking this object: {err!r}")
+                )
+                continue
+            if result.has_news():
+                found.results.append(result)
+    found.files = len(sources - {r.source for r in found.errors if r.line is None})
+    return found
+
+
+def check_document(doc: manifests.Document, policy: verdict.Policy) -> report.ObjectResult:
+    """One object's verdict, with each violation placed at the line of its field."""
+    decided = verdict.evaluate(doc.obj, policy)
+    metadata = _metadata(doc.obj)
+    name = _text(metadata.get("name"))
+    if not name:
+        generate = _text(metadata.get("generateName"))
+        name = f"{generate}*" if generate else "(no name)"
+    findings = tuple(
+        report.Finding(
+            line=doc.field_line(v.path),
+            path=v.path,
+            container=v.container,
+            value=v.value,
+            problem=v.problem,
+            fix=v.fix,
+            text=str(v),
+        )
+        for v in decided.violations
+    )
+    additions = tuple(
+        report.Addition(
+            line=doc.field_line(t.path),
+            path=t.path,
+            node_selector={policy.isolation.label_key: t.isolation} if t.isolation is not None else {},
+            scheduler_name=t.scheduler_name,
+        )
+        for t in decided.templates
+        if t.isolation is not None or t.scheduler_name is not None
+    )
+    return report.ObjectResult(
+        source=doc.source,
+        # A JSON List item knows its own line only once its node is composed, i.e. when it has news.
+        line=doc.field_line("") if findings or additions or decided.warnings else doc.line,
+        kind=_text(doc.obj.get("kind")),
+        namespace=_text(metadata.get("namespace")),
+        name=name,
+        origin=doc.origin,
+        allowed=decided.allowed,
+        message="" if decided.allowed else decided.message(),
+        findings=findings,
+        warnings=tuple(decided.warnings),
+        additions=additions,
+    )
+
+
+def _metadata(obj: Any) -> dict[str, Any]:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,274 @@
+"""`gpushare inspect`: allocated and total GPU memory per node and per GPU, from the cluster or the extender.
+
+From the cluster, each node's ledger is `webhook.core.accounting.build` over its pods' annotations: the
+numbers the extender schedules with. From `--extender`, its /inspect answer is shown as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.cli import inspect_table as table
+from webhook.core import accounting, resources
+from webhook.core import annotations as ann
+from webhook.kube import client as kube_client
+from webhook.kube import errors as kube_errors
+from webhook.kube import rest
+
+OUTPUTS = ("text", "json")
+PAGE_SIZE = 500
+EXTENDER_INSPECT = "/inspect"
+DEFAULT_TIMEOUT_S = 30.0
+
+
+class InspectError(Exception):
+    """The cluster or the extender could not be read; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class InspectSettings:
+    nodes: tuple[str, ...] = ()  # only these nodes; all GPU nodes when empty
+    details: bool = False
+    output: str = "text"
+    unit: str = "GiB"
+    extender: str = ""  # the extender's URL prefix, e.g. http://127.0.0.1:39999/gpushare-scheduler
+    client: kube_client.ClientSettings = field(default_factory=kube_client.ClientSettings)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpushare inspect",
+        description="Show allocated/total GPU memory per node and per GPU, and the cluster total.",
+    )
+    parser.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes (default: every GPU node)")
+    parser.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (text)")
+    parser.add_argument(
+        "--unit",
+        choices=ann.MEMORY_UNITS,
+        default="GiB",
+        help="the cluster's gpu-mem unit, as the extender's --memory-unit (GiB)",
+    )
+    source = parser.add_argument_group(
+        "source (default: the cluster through kubeconfig or in-cluster config)"
+    )
+    source.add_argument(
+        "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
+    )
+    source.add_argument("--context", default="", help="kubeconfig context")
+    source.add_argument("--server", default="", help="API server URL, e.g. http://127.0.0.1:8080 (no auth)")
+    source.add_argument(
+        "--extender",
+        default="",
+        metavar="URL",
+        help="read the extender's inspect API instead, e.g. http://127.0.0.1:39999/gpushare-scheduler",
+    )
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request (30)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.timeout <= 0:
+        parser.error("--timeout must be > 0")
+    if args.extender and (args.server or args.kubeconfig or args.context):
+        parser.error(
+            "--extender reads the extender; it does not combine with --server/--kubeconfig/--context"
+        )
+    settings = InspectSettings(
+        nodes=tuple(args.nodes),
+        details=args.details,
+        output=args.output,
+        unit=args.unit,
+        extender=args.extender,
+        client=kube_client.ClientSettings(host=args.server, kubeconfig=args.kubeconfig, context=args.context),
+        timeout_s=args.timeout,
+    )
+    return run(settings)
+
+
+def run(settings: InspectSettings, out: Any = None) -> int:
+    try:
+        cluster = from_extender(settings) if settings.extender else from_cluster(settings)
+    except (InspectError, kube_errors.ApiError) as err:
+        print(f"gpushare inspect: {err}", file=sys.stderr)
+        return 1
+    text = (
+        table.render_json(cluster)
+        if settings.output == "json"
+        else table.render_text(cluster, settings.details)
+    )
+    (out or sys.stdout).write(text)
+    return 0
+
+
+# --- from the cluster -------------------------------------------------------------------------------
+
+
+def from_cluster(settings: InspectSettings) -> table.ClusterUse:
+    """Nodes and pods through the Kubernetes API; each node's memory counted by core accounting."""
+    api = kube_client.connect(settings.client)
+    timeout = settings.timeout_s
+    try:
+        if settings.nodes:
+            nodes = [
+                rest.request(api, "GET", rest.path("nodes", name), timeout=timeout) for name in settings.nodes
+            ]
+            pods = [
+                pod
+                for name in settings.nodes
+                for pod in rest.list_all(
+                    api, rest.path("pods"), query={"fieldSelector": f"spec.nodeName={name}"}, timeout=timeout
+                )
+            ]
+        else:
+            nodes = list(rest.list_all(api, rest.path("nodes"), page_size=PAGE_SIZE, timeout=timeout))
+            pods = list(rest.list_all(api, rest.path("pods"), page_size=PAGE_SIZE, timeout=timeout))
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    return cluster_use(nodes, pods, settings.unit, settings.names, keep_all=bool(settings.nodes))
+
+
+def cluster_use(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
+    unit: str = "GiB",
+    names: resources.GpuResourceNames | None = None,
+    keep_all: bool = False,
+) -> table.ClusterUse:
+    """The map from raw nodes and pods; nodes without GPUs or GPU pods are left out unless `keep_all`."""
+    by_node: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        by_node.setdefault(accounting.node_name_of(pod), []).append(pod)
+    rows = []
+    for node in sorted(nodes, key=lambda n: str((n.get("metadata") or {}).get("name") or "")):
+        name = str((node.get("metadata") or {}).get("name") or "")
+        ledger, skipped = accounting.build(node, by_node.get(name, ()), unit, names)
+        problems = (*ledger.problems(), *(f"pod {s.key}: {s.reason}" for s in skipped))
+        if not (keep_all or ledger.gpus() or ledger.shares() or problems):
+            continue
+        rows.append(
+            table.NodeUse(
+                name=name,
+                address=_address(node),
+                unit=unit,
+                gpus=tuple(
+                    table.GpuUse(g.index, g.memory, g.used, g.healthy, g.model, g.uuid) for g in ledger.gpus()
+                ),
+                pods=tuple(
+                    table.PodUse(*_split_key(s.key), gpu, units, s.assigned)
+                    for s in ledger.shares()
+                    for gpu, units in sorted(s.allocation.per_gpu().items())
+                ),
+                problems=problems,
+            )
+        )
+    return table.ClusterUse(unit=unit, nodes=tuple(rows))
+
+
+def _address(node: Mapping[str, Any]) -> str:
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if isinstance(address, dict) and address.get("type") == "InternalIP":
+            return str(address.get("address") or "")
+    return ""
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    namespace, _, name = key.partition("/")
+    return namespace, name
+
+
+# --- from the extender ------------------------------------------------------------------------------
+
+
+def from_extender(settings: InspectSettings) -> table.ClusterUse:
+    """The extender's own view (GET <prefix>/inspect[/<node>]): what it schedules with right now."""
+    base = settings.extender.rstrip("/")
+    if not base.endswith(EXTENDER_INSPECT):
+        base += EXTENDER_INSPECT
+    urls = [f"{base}/{urllib.parse.quote(n, safe='')}" for n in settings.nodes] or [base]
+    rows: list[table.NodeUse] = []
+    for url in urls:
+        data = _fetch(url, settings.timeout_s)
+        nodes = data.get("nodes") if isinstance(data, dict) else None
+        if not isinstance(nodes, list):
+            raise InspectError(f"{url} answered without a list of nodes")
+        try:
+            rows += [_extender_node(n, settings.unit) for n in nodes if isinstance(n, dict)]
+        except (KeyError, TypeError, ValueError) as err:
+            raise InspectError(f"{url} answered a node that cannot be read: {err!r}") from None
+    rows.sort(key=lambda n: n.name)
+    return table.ClusterUse(unit=settings.unit, nodes=tuple(rows))
+
+
+def _fetch(url: str, timeout: float) -> Any:
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read()
+    except urllib.error.HTTPError as err:
+        detail = err.read(2000).decode("utf-8", "replace")
+        err.close()
+        with contextlib.suppress(ValueError, AttributeError):  # the extender's {"error": ...} body
+            detail = str(json.loads(detail).get("error") or detail)
+        raise InspectError(f"extender at {url} answered HTTP {err.code}: {detail.strip()}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise InspectError(f"cannot reach the extender at {url}: {reason}") from None
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise InspectError(f"extender at {url} answered something that is not JSON") from None
+
+
+def _extender_node(node: Mapping[str, Any], unit: str) -> table.NodeUse:
+    source_unit = str(node.get("unit") or "GiB")
+
+    def units(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{value!r} is not a whole amount of memory")
+        return accounting.convert(value, source_unit, unit)
+
+    gpus, pods = [], []
+    for dev in node.get("devs") or []:
+        index = dev["id"]
+        gpus.append(
+            table.GpuUse(
+                index=index,
+                total=units(dev.get("totalGPU", 0)),
+                used=units(dev.get("usedGPU", 0)),
+                healthy=bool(dev.get("healthy", True)),
+                model=str(dev.get("model") or ""),
+                uuid=str(dev.get("uuid") or ""),
+            )
+        )
+        for pod in dev.get("pods") or []:
+            pods.append(
+                table.PodUse(
+                    namespace=str(pod.get("namespace") or ""),
+                    name=str(pod["name"]),
+                    gpu=index,
+                    units=units(pod.get("usedGPU", 0)),
+                    assigned=bool(pod.get("assigned", False)),
+                )
+            )
+    return table.NodeUse(
+        name=str(node["name"]),
+        address="",
+        unit=unit,
+        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
+        pods=tuple(pods),
+        problems=tuple(str(p) for p in node.get("problems") or []),
+    )

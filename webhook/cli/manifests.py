@@ -1,0 +1,299 @@
+"""Read Kubernetes manifests for `gpushare check`: files, directories, stdin; YAML streams, JSON, Lists.
+
+Every object comes back with its file and the line where it starts, so a finding points at the right
+document of a `helm template` stream; unreadable input becomes a `ReadError` value and reading goes on.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, BinaryIO
+
+import yaml
+
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+EXTENSIONS = (".yaml", ".yml", ".json")
+# `helm template` writes one such comment above every document; it names the template it came from.
+_HELM_SOURCE = re.compile(r"^# Source: (.+?)\s*$", re.MULTILINE)
+# PyYAML's C loader (libyaml) is several times faster; fall back to the pure-Python one without it.
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One Kubernetes object read from `source`, starting at 1-based `line`."""
+
+    source: str
+    line: int
+    obj: Mapping[str, Any]
+    origin: str | None = None  # the Helm template (`# Source:` comment) the document came from
+    node: Any = None  # the YAML node (or a `_JsonNode` for JSON), to find the line of a field
+
+    def field_line(self, path: str) -> int:
+        """The line of the deepest part of field `path` ("spec.containers[0].resources") found here."""
+        if isinstance(self.node, _JsonNode):
+            node, offset = self.node.resolve(), self.node.offset
+        else:
+            node, offset = self.node, 0
+        return _node_line(node, path) + offset if node is not None else self.line
+
+
+class _JsonNode:
+    """A JSON document's YAML node, composed only when a finding needs a line: json.loads is much
+    faster than YAML for the many objects that have nothing to report."""
+
+    __slots__ = ("_node", "_resolved", "offset", "parent", "span", "steps")
+
+    def __init__(
+        self,
+        span: tuple[str, int, int] | None,
+        offset: int,
+        parent: _JsonNode | None = None,
+        steps: tuple[str | int, ...] = (),
+    ) -> None:
+        self.span, self.offset, self.parent, self.steps = span, offset, parent, steps
+        self._node: Any = None
+        self._resolved = False
+
+    def resolve(self) -> Any:
+        if not self._resolved:
+            self._resolved = True
+            if self.parent is not None:
+                node = self.parent.resolve()
+                for step in self.steps:
+                    node = _child(node, step) if node is not None else None
+                self._node = node
+            elif self.span is not None:
+                text, start, end = self.span
+                try:
+                    self._node = yaml.compose(text[start:end], Loader=_Loader)
+                except (yaml.YAMLError, RecursionError):
+                    self._node = None  # valid JSON that YAML 1.1 refuses: fall back to the document line
+        return self._node
+
+
+@dataclass(frozen=True, slots=True)
+class ReadError:
+    """Input that could not be read; `line` is 1-based, None when the whole source failed."""
+
+    source: str
+    line: int | None
+    problem: str
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        return f"{where}: {self.problem}"
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A document that is not a Kubernetes object (no `kind`): values files, empty documents aside."""
+
+    source: str
+    line: int
+    reason: str
+
+
+Item = Document | ReadError | Skipped
+
+
+def expand(paths: Sequence[str]) -> Iterator[str | ReadError]:
+    """Files to read, in order: named files as given, directories walked recursively (sorted).
+
+    A directory yields only files ending in .yaml, .yml or .json and skips hidden entries (.git);
+    a named file is read whatever its extension, and "-" stands for stdin.
+    """
+    for path in paths:
+        if path == STDIN:
+            yield STDIN
+        elif os.path.isdir(path):
+            found = False
+            for root, dirs, files in os.walk(path, onerror=None):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(files):
+                    if name.endswith(EXTENSIONS) and not name.startswith("."):
+                        found = True
+                        yield os.path.join(root, name)
+            if not found:
+                yield ReadError(path, None, "directory holds no .yaml, .yml or .json files")
+        elif os.path.exists(path):
+            yield path
+        else:
+            yield ReadError(path, None, "no such file or directory")
+
+
+def read_paths(paths: Sequence[str], stdin: BinaryIO | None = None) -> Iterator[Item]:
+    """Every document of every path, then errors in place; never raises for bad input."""
+    for path in expand(paths):
+        if isinstance(path, ReadError):
+            yield path
+            continue
+        try:
+            if path == STDIN:
+                data = (stdin or sys.stdin.buffer).read()
+                source = STDIN_NAME
+            else:
+                with open(path, "rb") as f:
+                    data = f.read()
+                source = path
+        except OSError as err:
+            yield ReadError(path, None, f"cannot read: {err.strerror or err}")
+            continue
+        yield from read_bytes(source, data)
+
+
+def read_bytes(source: str, data: bytes) -> Iterator[Item]:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        yield ReadError(source, line, f"not UTF-8 text (byte {err.start})")
+        return
+    yield from read_text(source, text)
+
+
+def read_text(source: str, text: str) -> Iterator[Item]:
+    """The documents of one YAML stream or JSON text (JSON values may follow each other)."""
+    if text.lstrip().startswith(("{", "[")) or source.endswith(".json"):
+        parsed = _read_json(source, text)
+        if not isinstance(parsed, ReadError):
+            yield from parsed
+            return
+        if source.endswith(".json"):
+            yield parsed
+            return
+        # Not JSON after all (YAML flow style): YAML parses it or says where it breaks.
+    origins = _helm_origins(text) if "# Source: " in text else []
+    loader = _Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1
+            obj = loader.construct_document(node)
+            yield from _objects(source, line, obj, node, _origin(origins, line))
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        yield ReadError(source, mark.line + 1 if mark else None, f"invalid YAML: {_yaml_problem(err)}")
+    except yaml.YAMLError as err:  # e.g. a reader error on a control character
+        yield ReadError(source, None, f"invalid YAML: {err}")
+    except RecursionError:
+        yield ReadError(source, None, "invalid YAML: nested too deeply")
+    finally:
+        loader.dispose()
+
+
+def _read_json(source: str, text: str) -> list[Item] | ReadError:
+    decoder = json.JSONDecoder()
+    items: list[Item] = []
+    pos = len(text) - len(text.lstrip())
+    line, counted = 1, 0
+    try:
+        while pos < len(text):
+            obj, end = decoder.raw_decode(text, pos)
+            line += text.count("\n", counted, pos)
+            counted = pos
+            node = _JsonNode((text, pos, end), line - 1)
+            items.extend(_objects(source, line, obj, node, None))
+            pos = end
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+    except json.JSONDecodeError as err:
+        return ReadError(source, err.lineno, f"invalid JSON: {err.msg} (column {err.colno})")
+    except RecursionError:
+        return [ReadError(source, None, "invalid JSON: nested too deeply")]
+    return items
+
+
+def _objects(source: str, line: int, obj: Any, node: Any, origin: str | None) -> Iterator[Item]:
+    """One document -> its objects: a `*List` (kind List, PodList …) gives each item."""
+    if obj is None:
+        return  # empty document: `---` separators and comment-only documents, as Helm writes them
+    if not isinstance(obj, dict):
+        yield Skipped(source, line, f"not a Kubernetes object (a {_type_name(obj)}, not a mapping)")
+        return
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        yield Skipped(source, line, "no kind: not a Kubernetes object")
+        return
+    items = obj.get("items")
+    if kind.endswith("List") and isinstance(items, list):
+        if isinstance(node, _JsonNode):
+            for i, item in enumerate(items):
+                yield from _objects(
+                    source, line, item, _JsonNode(None, node.offset, node, ("items", i)), origin
+                )
+            return
+        item_nodes = _child(node, "items") if node is not None else None
+        for i, item in enumerate(items):
+            item_node = _child(item_nodes, i) if item_nodes is not None else None
+            item_line = item_node.start_mark.line + 1 if item_node is not None else line
+            yield from _objects(source, item_line, item, item_node, origin)
+        return
+    yield Document(source, line, obj, origin, node)
+
+
+def _helm_origins(text: str) -> list[tuple[int, str]]:
+    found, line, pos = [], 1, 0
+    for m in _HELM_SOURCE.finditer(text):
+        line += text.count("\n", pos, m.start())  # counted piecewise: one pass over the text
+        pos = m.start()
+        found.append((line, m.group(1)))
+    return found
+
+
+def _origin(origins: Sequence[tuple[int, str]], line: int) -> str | None:
+    at = bisect.bisect_right(origins, (line, "\uffff"))
+    return origins[at - 1][1] if at else None
+
+
+def _type_name(obj: object) -> str:
+    return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
+        type(obj), type(obj).__name__
+    )
+
+
+def _yaml_problem(err: yaml.MarkedYAMLError) -> str:
+    parts = [p for p in (err.context, err.problem) if p]
+    return ": ".join(parts) if parts else "cannot parse"
+
+
+# Field paths as the core writes them: `a.b[0].c[some.key/with-dots]`.
+_PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
+
+
+def _node_line(node: Any, path: str) -> int:
+    line: int = node.start_mark.line + 1
+    for m in _PATH_PART.finditer(path):
+        key: str | int = m.group(1) if m.group(1) is not None else m.group(2)
+        if isinstance(node, yaml.SequenceNode) and isinstance(key, str) and key.isdigit():
+            key = int(key)
+        found = _entry(node, key)
+        if found is None:
+            break
+        at, node = found
+        line = at.start_mark.line + 1
+    return line
+
+
+def _child(node: Any, key: str | int) -> Any:
+    """The value node under `key` of a mapping node, or item `key` of a sequence node; else None."""
+    found = _entry(node, key)
+    return found[1] if found is not None else None
+
+
+def _entry(node: Any, key: str | int) -> tuple[Any, Any] | None:
+    """(node to point at, value node): a mapping's key node, so a finding points at the key's line."""
+    if isinstance(node, yaml.MappingNode) and isinstance(key, str):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == key:
+                return k, v
+    elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
+        return node.value[key], node.value[key]
+    return None

@@ -1,0 +1,113 @@
+"""`gpushare device-plugin`: flags and NODE_NAME -> DevicePluginSettings -> `webhook.deviceplugin.app.run`.
+
+A bad flag exits 2 with the reason; a failure at start (inventory, API, socket) exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from webhook.core import devices
+from webhook.deviceplugin import app
+from webhook.deviceplugin import settings as dp_settings
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpushare device-plugin",
+        description="Serve the kubelet device plugin for aliyun.com/gpu-mem on this node "
+        "(node name from NODE_NAME).",
+    )
+    p.add_argument(
+        "--memory-unit", choices=("GiB", "MiB"), default="GiB", help="unit of one fake device (default GiB)"
+    )
+    p.add_argument(
+        "--mib-per-device",
+        type=int,
+        metavar="N",
+        help="MiB mode: MiB per fake device, so the unit is N MiB "
+        f"(default {devices.DEFAULT_MIB_PER_DEVICE}; 1 = the original one device per MiB)",
+    )
+    p.add_argument(
+        "--fake-gpus",
+        default="",
+        metavar="SPEC",
+        help='declare GPUs instead of NVML, e.g. "0:16,1:16,2:24" (GiB)',
+    )
+    p.add_argument("--inventory-file", type=Path, help="declare GPUs from a YAML/JSON file instead of NVML")
+    p.add_argument(
+        "--health-file",
+        type=Path,
+        help='fake inventories: file of unhealthy GPU indexes, e.g. "0,2", re-read every 0.5 s',
+    )
+    p.add_argument(
+        "--health-recovery",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="NVML: a GPU is healthy again after this long without critical XIDs and a passing probe "
+        "(default 60)",
+    )
+    p.add_argument(
+        "--device-plugin-dir",
+        type=Path,
+        default=dp_settings.DEFAULT_PLUGIN_DIR,
+        help=f"kubelet device-plugin directory (default {dp_settings.DEFAULT_PLUGIN_DIR})",
+    )
+    p.add_argument(
+        "--endpoint", default=dp_settings.DEFAULT_ENDPOINT, help="our socket file name in that directory"
+    )
+    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument(
+        "--api-host", default="", help="API server URL without auth, e.g. http://127.0.0.1:8080 (local runs)"
+    )
+    p.add_argument(
+        "--health-port", type=int, default=0, help="serve /healthz and /metrics on this port (0: off)"
+    )
+    p.add_argument(
+        "--allocate-wait",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="how long Allocate waits for the pod watch to show the pod being admitted (default 3)",
+    )
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--log-format", choices=("json", "text"), default="json")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_settings.DevicePluginSettings:
+    return dp_settings.DevicePluginSettings(
+        node_name=environ.get("NODE_NAME", ""),
+        memory_unit=args.memory_unit,
+        mib_per_device=args.mib_per_device,
+        fake_gpus=args.fake_gpus,
+        inventory_file=args.inventory_file,
+        health_file=args.health_file,
+        health_recovery_s=args.health_recovery,
+        device_plugin_dir=args.device_plugin_dir,
+        endpoint=args.endpoint,
+        kubeconfig=args.kubeconfig,
+        api_host=args.api_host,
+        health_port=args.health_port,
+        allocate_wait_s=args.allocate_wait,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    ).validate()
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args, dict(os.environ))
+    except dp_settings.SettingsError as err:
+        print(f"gpushare device-plugin: {err}", file=sys.stderr)
+        return 2
+    try:
+        return app.run(settings)
+    except app.StartError as err:
+        print(f"gpushare device-plugin: {err}", file=sys.stderr)
+        return 1

@@ -1,0 +1,81 @@
+"""`gpushare extender`: flags and env -> ExtenderSettings -> webhook.extender.service.run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from webhook.core import allocator
+from webhook.extender import service
+from webhook.extender import settings as ext_settings
+from webhook.serving import logs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gpushare extender", description="Serve the kube-scheduler extender.")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=ext_settings.DEFAULT_PORT, help="port (default 39999)")
+    p.add_argument("--tls-cert", help="serving certificate (PEM); with --tls-key serves HTTPS")
+    p.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument("--server", help="API server URL, overriding kubeconfig (e.g. kubectl proxy)")
+    p.add_argument("--leader-elect", action="store_true", help="elect one binding replica through a Lease")
+    p.add_argument("--lease-name", default="gpushare-extender", help="Lease name (default gpushare-extender)")
+    p.add_argument(
+        "--lease-namespace",
+        default=os.environ.get("POD_NAMESPACE", "kube-system"),
+        help="Lease namespace (default $POD_NAMESPACE or kube-system)",
+    )
+    p.add_argument(
+        "--identity", default=os.environ.get("POD_NAME", ""), help="leader identity (default $POD_NAME)"
+    )
+    p.add_argument("--memory-unit", choices=("GiB", "MiB"), default="GiB", help="unit of aliyun.com/gpu-mem")
+    p.add_argument(
+        "--policy",
+        choices=[x.value for x in allocator.Policy],
+        default="binpack",
+        help="default placement policy",
+    )
+    p.add_argument(
+        "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="largest request body accepted"
+    )
+    p.add_argument("--log-level", choices=logs.LEVELS, default="info")
+    p.add_argument("--log-format", choices=logs.FORMATS, default="json")
+    return p
+
+
+def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise SystemExit("gpushare extender: --tls-cert and --tls-key go together")
+    return ext_settings.ExtenderSettings(
+        host=args.host,
+        port=args.port,
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
+        kubeconfig=args.kubeconfig,
+        api_server=args.server,
+        memory_unit=args.memory_unit,
+        default_policy=allocator.Policy(args.policy),
+        max_body_bytes=args.max_body_bytes,
+        leader=ext_settings.LeaderSettings(
+            enabled=args.leader_elect,
+            lease_name=args.lease_name,
+            lease_namespace=args.lease_namespace,
+            identity=args.identity,
+        ),
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )
+
+
+def main(argv: list[str]) -> int:
+    settings = settings_from(build_parser().parse_args(argv))
+    logs.configure(settings.log_level, settings.log_format)
+    try:
+        service.run(settings)
+    except Exception as err:  # startup failures: one clear line, not a traceback
+        print(f"gpushare extender: {err}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,103 @@
+"""`gpushare webhook`: flags and the YAML config file -> AdmissionSettings -> `webhook.admission.app.run`.
+
+Flags override the file's keys. A bad flag or config exits 2 with the reason; a certificate or address
+problem at start exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from webhook.admission import app
+from webhook.admission import settings as admission_settings
+from webhook.serving import server, tls
+
+# flag dest -> config file key: a flag given on the command line replaces that key of the file.
+FLAG_KEYS: dict[str, str] = {
+    "host": "host",
+    "port": "port",
+    "cert_dir": "certDir",
+    "cert": "cert",
+    "key": "key",
+    "service_dns": "serviceDns",
+    "max_body_bytes": "maxBodyBytes",
+    "log_level": "logLevel",
+    "log_format": "logFormat",
+    "cert_reload_interval": "certReloadIntervalSeconds",
+    "scheduler_name": "schedulerName",
+    "exclude_namespace": "excludedNamespaces",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpushare webhook",
+        description="Serve the admission webhook over HTTPS: POST /mutate, POST /validate, "
+        "GET /healthz, /readyz, /metrics.",
+    )
+    p.add_argument("--config", type=Path, help="YAML config file (see docs/webhook.md); flags override it")
+    p.add_argument("--host", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, help="port to listen on (default 8443)")
+    p.add_argument(
+        "--cert-dir",
+        help="directory with tls.crt and tls.key (a mounted TLS Secret works); when both are missing a "
+        "development CA and serving certificate are generated there (default certs)",
+    )
+    p.add_argument("--cert", help="serving certificate (PEM chain); with --key, instead of --cert-dir")
+    p.add_argument("--key", help="private key (PEM) of --cert")
+    p.add_argument(
+        "--service-dns",
+        action="append",
+        metavar="NAME",
+        help="extra DNS name for a generated certificate, e.g. gpushare-webhook.gpushare.svc (repeatable)",
+    )
+    p.add_argument(
+        "--exclude-namespace",
+        action="append",
+        metavar="NAMESPACE",
+        help="namespace whose objects are allowed untouched (repeatable; replaces the file's list)",
+    )
+    p.add_argument(
+        "--scheduler-name",
+        help="also set spec.schedulerName to this on GPU-memory pods that use the default scheduler",
+    )
+    p.add_argument("--max-body-bytes", type=int, help="largest request body (default 3145728, 3 MiB)")
+    p.add_argument("--log-level", choices=admission_settings.LOG_LEVELS, help="default info")
+    p.add_argument("--log-format", choices=admission_settings.LOG_FORMATS, help="default json")
+    p.add_argument(
+        "--cert-reload-interval",
+        type=float,
+        metavar="SECONDS",
+        help="how often the certificate files are checked for changes (default 1)",
+    )
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> admission_settings.AdmissionSettings:
+    """Raises ConfigError for a bad config file or value."""
+    config: dict[str, Any] = {}
+    if args.config is not None:
+        config = admission_settings.load_config(args.config)
+    for dest, key in FLAG_KEYS.items():
+        value = getattr(args, dest)
+        if value is not None:
+            config[key] = value
+    return admission_settings.build(config)
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except admission_settings.ConfigError as exc:
+        print(f"gpushare webhook: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return app.run(settings)
+    except (tls.TlsError, server.ServeError) as exc:
+        print(f"gpushare webhook: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,255 @@
+"""The `cgpu.disable.isolation` nodeSelector decision for a gpu-mem pod: annotation, CGPU_DISABLE, default.
+
+A gpu-mem pod without this selector can land in the isolating or the non-isolating node pool; the
+webhook pins it to one (gpushare-protocol.md, "strongly recommended to set nodeSelector").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core import quantity, resources, rules, templates
+
+_BOOLS = ("true", "false")
+_NAME_LIMIT = 40
+# Any value of the label other than true/false: pods that allow it may land on non-gpushare nodes.
+_OTHER = "<other>"
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationPolicy:
+    label_key: str = resources.ISOLATION_KEY  # the nodeSelector key
+    annotation_key: str = resources.ISOLATION_KEY  # the pod annotation that chooses
+    env_name: str = resources.CGPU_DISABLE_ENV
+    default: str = "false"  # the value when nothing in the pod says otherwise
+
+
+@dataclass(frozen=True, slots=True)
+class IsolationDecision:
+    value: str | None  # "true"/"false" to add to nodeSelector; None: nothing to add
+    warnings: tuple[str, ...] = ()
+    violation: rules.Violation | None = None  # e.g. annotation value "maybe"
+
+
+class _WrongType(Exception):
+    def __init__(self, violation: rules.Violation) -> None:
+        super().__init__(str(violation))
+        self.violation = violation
+
+
+def _get(node: Mapping[str, Any], key: str, expected: type, path: str, what: str) -> Any:
+    """`node[key]` if it has the `expected` type, None when absent; else raise a wrong-type violation."""
+    value = node.get(key)
+    if value is None or isinstance(value, expected):
+        return value
+    raise _WrongType(rules.wrong_type(templates.key_path(path, key), None, value, what))
+
+
+def _gpu_memory(container: Mapping[str, Any], name: str) -> bool:
+    """True when the container asks for more than zero of `name` (limit, else request)."""
+    res = container.get("resources")
+    if not isinstance(res, Mapping):
+        return False
+    for section in ("limits", "requests"):
+        values = res.get(section)
+        if isinstance(values, Mapping) and name in values:
+            raw = values[name]
+            if isinstance(raw, int) and raw.bit_length() > 64:
+                return raw > 0
+            if not isinstance(raw, str | int | float):
+                return False
+            try:
+                return quantity.from_json(raw) > 0
+            except ValueError:  # QuantityError
+                return False
+    return False
+
+
+def gpu_memory_containers(
+    spec: Mapping[str, Any], names: resources.GpuResourceNames
+) -> list[Mapping[str, Any]]:
+    """The containers and init containers that ask for GPU memory, in spec order."""
+    out: list[Mapping[str, Any]] = []
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        if isinstance(items, list):
+            out += [c for c in items if isinstance(c, Mapping) and _gpu_memory(c, names.memory)]
+    return out
+
+
+def asks_gpu_memory(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
+    return bool(gpu_memory_containers(spec, names))
+
+
+def _container_name(container: Mapping[str, Any]) -> str:
+    name = container.get("name")
+    return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else "?"
+
+
+def _env_setting(container: Mapping[str, Any], path: str, env_name: str, warnings: list[str]) -> str | None:
+    """The container's CGPU_DISABLE: "true", "false", or None (unset or not readable, with a warning)."""
+    env = _get(container, "env", list, path, "a list of env vars")
+    setting: str | None = None
+    name = _container_name(container)
+    for i, item in enumerate(env or ()):
+        if not isinstance(item, Mapping):
+            raise _WrongType(rules.wrong_type(f"{path}.env[{i}]", name, item, "an object (an env var)"))
+        if item.get("name") != env_name:
+            continue
+        # The last entry of a name wins, as in the kubelet.
+        value = _get(item, "value", str, f"{path}.env[{i}]", "a string")
+        if item.get("valueFrom") is not None:
+            warnings.append(f'{env_name} of container "{name}" comes from valueFrom; assumed not "true"')
+            setting = None
+        elif not value:
+            setting = None
+        elif value.lower() in _BOOLS:
+            setting = value.lower()
+        else:
+            shown = templates.printable(value, 20)
+            warnings.append(
+                f'{env_name}="{shown}" of container "{name}" is not true or false; assumed not "true"'
+            )
+            setting = None
+    return setting
+
+
+def _allowed_by_affinity(spec: Mapping[str, Any], key: str, path: str) -> set[str] | None:
+    """Label values the required node affinity allows for `key`; None when no term constrains it."""
+    affinity = _get(spec, "affinity", Mapping, path, "an object")
+    if affinity is None:
+        return None
+    path = templates.key_path(path, "affinity")
+    node = _get(affinity, "nodeAffinity", Mapping, path, "an object")
+    if node is None:
+        return None
+    path = templates.key_path(path, "nodeAffinity")
+    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
+    required = _get(node, required_key, Mapping, path, "an object")
+    if required is None:
+        return None
+    path = templates.key_path(path, required_key)
+    terms = _get(required, "nodeSelectorTerms", list, path, "a list")
+    allowed: set[str] | None = None
+    for t, term in enumerate(terms or ()):
+        term_path = f"{path}.nodeSelectorTerms[{t}]"
+        if not isinstance(term, Mapping):
+            raise _WrongType(rules.wrong_type(term_path, None, term, "an object"))
+        exprs = _get(term, "matchExpressions", list, term_path, "a list")
+        values = {*_BOOLS, _OTHER}
+        constrained = False
+        for e, expr in enumerate(exprs or ()):
+            if not isinstance(expr, Mapping):
+                raise _WrongType(
+                    rules.wrong_type(f"{term_path}.matchExpressions[{e}]", None, expr, "an object")
+                )
+            if expr.get("key") != key:
+                continue
+            constrained = True
+            listed = expr.get("values")
+            named = {v for v in listed if isinstance(v, str)} if isinstance(listed, list) else set()
+            operator = expr.get("operator")
+            if operator == "In":
+                values &= named
+            elif operator == "NotIn":
+                values -= named
+            elif operator != "Exists":
+                values = set()  # DoesNotExist, Gt, Lt: no true/false node
+        if constrained:
+            allowed = (allowed or set()) | values
+    return allowed
+
+
+def _annotation(template: templates.PodTemplate, key: str) -> str | None:
+    annotations = _get(template.metadata, "annotations", Mapping, template.field("metadata"), "an object")
+    if annotations is None or key not in annotations:
+        return None
+    raw = annotations[key]
+    path = templates.key_path(template.field("metadata.annotations"), key)
+    if not isinstance(raw, str):
+        raise _WrongType(rules.wrong_type(path, None, raw, 'a string: "true" or "false" in quotes'))
+    value = raw.strip().lower()
+    if value not in _BOOLS:
+        raise _WrongType(
+            rules.Violation(
+                path,
+                None,
+                rules.show(raw),
+                'is not an allowed value; allowed: "true" (isolation off) or "false" (GPU memory isolated)',
+                f'set annotation {key} to "true" or "false", or remove it',
+            )
+        )
+    return value
+
+
+def _explain(policy: IsolationPolicy, annotation: str | None, env: str | None) -> tuple[str | None, str]:
+    if annotation is not None:
+        return annotation, f"annotation {policy.annotation_key}={annotation}"
+    return env, f"{policy.env_name}={env}"
+
+
+def _decide(
+    template: templates.PodTemplate, policy: IsolationPolicy, names: resources.GpuResourceNames
+) -> IsolationDecision:
+    containers = gpu_memory_containers(template.spec, names)
+    if not containers:
+        return IsolationDecision(None)
+    key = policy.label_key
+    warnings: list[str] = []
+    spec_path = template.field("spec")
+    selector = _get(template.spec, "nodeSelector", Mapping, spec_path, "an object (label: value)")
+    affinity = _allowed_by_affinity(template.spec, key, spec_path)
+    annotation = _annotation(template, policy.annotation_key)
+    wanted = {id(c) for c in containers}
+    indexed = [
+        (c, f"{spec_path}.{k}[{i}]")
+        for k in ("containers", "initContainers")
+        for i, c in enumerate(template.spec.get(k) or ())
+        if isinstance(c, Mapping) and id(c) in wanted
+    ]
+    settings = [_env_setting(c, p, policy.env_name, warnings) for c, p in indexed]
+    every_true = all(s == "true" for s in settings)
+    env_signal = "true" if every_true else "false" if "false" in settings else None
+    from_env = "true" if every_true else "false" if "false" in settings else policy.default
+    signal, source = _explain(policy, annotation, env_signal)
+
+    if selector is not None and key in selector:
+        current = selector[key]
+        shown = templates.printable(rules.show(current), 20)
+        if current not in _BOOLS:
+            warnings.append(f"nodeSelector {key}={shown} matches no gpushare node pool (use true or false)")
+        elif signal is not None and signal != current:
+            warnings.append(f"nodeSelector {key}={shown} is kept although {source}")
+        return IsolationDecision(None, tuple(warnings))
+    if affinity is not None:
+        if signal is not None and signal not in affinity:
+            warnings.append(f"required node affinity on {key} is kept although {source}")
+        return IsolationDecision(None, tuple(warnings))
+    if annotation is not None:
+        if env_signal is not None and env_signal != annotation:
+            warnings.append(
+                f"annotation {policy.annotation_key}={annotation} overrides {policy.env_name}={env_signal}"
+            )
+        return IsolationDecision(annotation, tuple(warnings))
+    if not every_true and "true" in settings:
+        warnings.append(
+            f"{policy.env_name}=true is not set in every gpu-mem container; using {key}={from_env}"
+        )
+    return IsolationDecision(from_env, tuple(warnings))
+
+
+def decide(
+    template: templates.PodTemplate, policy: IsolationPolicy, names: resources.GpuResourceNames
+) -> IsolationDecision:
+    """What the webhook adds to the nodeSelector of this template's pods, with warnings on assumptions.
+
+    Order: an existing selector or required affinity on the key wins (nothing added); then the pod
+    annotation; then "true" when every gpu-mem container sets CGPU_DISABLE=true; "false" when one
+    says "false"; else `policy.default`.
+    """
+    try:
+        return _decide(template, policy, names)
+    except _WrongType as err:
+        return IsolationDecision(None, (), err.violation)

@@ -1,0 +1,230 @@
+"""Find the pod templates of any object: Pods, workloads, CronJobs and custom resources by structure.
+
+Also owns how a field path is written (`spec.x[0].y`, map keys with dots in brackets), so every message
+spells paths the same way. The walk is bounded: objects arrive from the network.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# A pod template in any real object sits a few levels deep (JobSet: 5); YAML aliases can make an object
+# recursive or exponentially large, so the walk stops at these bounds instead.
+MAX_DEPTH = 32
+MAX_NODES = 100_000
+_KEY_LIMIT = 64
+
+# (API group, kind) -> where its one pod template lives. Other objects are searched by structure only.
+KNOWN_TEMPLATE_PATHS: dict[tuple[str, str], tuple[str, ...]] = {
+    ("", "Pod"): (),
+    ("", "PodTemplate"): ("template",),
+    ("", "ReplicationController"): ("spec", "template"),
+    ("apps", "ReplicaSet"): ("spec", "template"),
+    ("apps", "Deployment"): ("spec", "template"),
+    ("apps", "StatefulSet"): ("spec", "template"),
+    ("apps", "DaemonSet"): ("spec", "template"),
+    ("batch", "Job"): ("spec", "template"),
+    ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplate:
+    path: str  # "" for a Pod, "spec.template" for a Deployment, "spec.jobTemplate.spec.template" ...
+    metadata: Mapping[str, Any]  # labels, annotations ({} when absent)
+    spec: Mapping[str, Any]  # the pod spec
+
+    def field(self, sub: str) -> str:
+        """`field("spec.containers[0]")` -> "spec.template.spec.containers[0]" for a Deployment."""
+        return join(self.path, sub)
+
+
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """A field on the way to (or in) a pod template whose JSON type is wrong."""
+
+    path: str
+    expected: str  # "an object", "a list"
+    actual: str  # the JSON type found, e.g. "a string"
+
+
+@dataclass(frozen=True, slots=True)
+class Scan:
+    templates: tuple[PodTemplate, ...]
+    malformed: tuple[Malformed, ...]
+    truncated: str | None  # where the walk gave up (too deep or too large); None when complete
+
+
+def printable(text: str, limit: int = 0) -> str:
+    """`text` on one line: control, format and separator characters escaped; clipped to `limit` runes."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def join(path: str, sub: str) -> str:
+    """Append a sub-path: `join("spec.template", "spec")`, `join("x", "[0]")`; "" is the root."""
+    if not path:
+        return sub
+    if not sub:
+        return path
+    return f"{path}{sub}" if sub.startswith("[") else f"{path}.{sub}"
+
+
+def key_path(path: str, key: object) -> str:
+    """The path of a map key or list index: `.name`, `[0]`, and `[my.key]` for keys that are not plain."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"{path}[{key}]"
+    if not isinstance(key, str):
+        return f"{path}[{_json_scalar(key)}]"
+    if key and key.isprintable() and not any(c in key for c in ".[] "):
+        return join(path, key)
+    return f"{path}[{printable(key, _KEY_LIMIT)}]"
+
+
+def _json_scalar(value: object) -> str:
+    # YAML keys may be numbers, booleans or null; name them as JSON would.
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return printable(repr(value), _KEY_LIMIT)
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a decoded value, in words: "an object", "a list", "a string", ..."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"
+
+
+def _api_group(obj: Mapping[str, Any]) -> str | None:
+    api_version = obj.get("apiVersion")
+    if not isinstance(api_version, str):
+        return None
+    return api_version.rpartition("/")[0]
+
+
+def _known_path(obj: Mapping[str, Any]) -> tuple[str, ...] | None:
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        return None
+    group = _api_group(obj)
+    for (known_group, known_kind), parts in KNOWN_TEMPLATE_PATHS.items():
+        if kind == known_kind and group in (None, known_group):
+            return parts
+    return None
+
+
+def _looks_like_template(node: Mapping[str, Any], loose: bool) -> bool:
+    """A pod template has a `spec` with a `containers` list of objects (any list at a known kind's path)."""
+    spec = node.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    containers = spec.get("containers")
+    if not isinstance(containers, list):
+        return False
+    return loose or all(isinstance(c, Mapping) for c in containers)
+
+
+def _known_shape(obj: Mapping[str, Any], parts: tuple[str, ...]) -> tuple[str, Malformed | None]:
+    """Follow a known kind's template path; report the first field there that has the wrong type."""
+    node: object = obj
+    path = ""
+    for part in parts:
+        assert isinstance(node, Mapping)
+        node = node.get(part)
+        path = key_path(path, part)
+        if node is None:
+            return path, None
+        if not isinstance(node, Mapping):
+            return path, Malformed(path, "an object", json_type(node))
+    assert isinstance(node, Mapping)
+    spec = node.get("spec")
+    if spec is not None and not isinstance(spec, Mapping):
+        return path, Malformed(join(path, "spec"), "an object", json_type(spec))
+    containers = spec.get("containers") if isinstance(spec, Mapping) else None
+    if containers is not None and not isinstance(containers, list):
+        return path, Malformed(join(path, "spec.containers"), "a list", json_type(containers))
+    return path, None
+
+
+def _children(node: object) -> Iterator[tuple[object, object]]:
+    if isinstance(node, Mapping):
+        return ((k, v) for k, v in node.items() if isinstance(v, Mapping | list))
+    if isinstance(node, list):
+        return ((i, v) for i, v in enumerate(node) if isinstance(v, Mapping | list))
+    return iter(())
+
+
+def scan(obj: Mapping[str, Any]) -> Scan:
+    """Every pod template in `obj` in document order (depth first), plus the wrongly typed fields seen."""
+    malformed: list[Malformed] = []
+    known: str | None = None
+    parts = _known_path(obj)
+    if parts is not None:
+        known, problem = _known_shape(obj, parts)
+        if problem is not None:
+            malformed.append(problem)
+    found: list[PodTemplate] = []
+    truncated: str | None = None
+
+    def visit(node: Mapping[str, Any], path: str) -> bool:
+        if not _looks_like_template(node, loose=path == known):
+            return False
+        metadata = node.get("metadata")
+        if metadata is not None and not isinstance(metadata, Mapping):
+            malformed.append(Malformed(join(path, "metadata"), "an object", json_type(metadata)))
+        found.append(PodTemplate(path, metadata if isinstance(metadata, Mapping) else {}, node["spec"]))
+        return True
+
+    if visit(obj, ""):
+        return Scan(tuple(found), tuple(malformed), None)
+    budget = MAX_NODES
+    # Depth-first with one lazy iterator per open container: memory grows with depth, not with width.
+    stack: list[tuple[str, int, Iterator[tuple[object, object]]]] = [("", 0, _children(obj))]
+    while stack:
+        path, depth, items = stack[-1]
+        item = next(items, None)
+        if item is None:
+            stack.pop()
+            continue
+        key, child = item
+        budget -= 1
+        child_path = key_path(path, key)
+        if budget < 0:
+            truncated = child_path
+            break
+        if isinstance(child, Mapping) and visit(child, child_path):
+            continue
+        if depth + 1 >= MAX_DEPTH:
+            truncated = truncated or child_path
+            continue
+        stack.append((child_path, depth + 1, _children(child)))
+    return Scan(tuple(found), tuple(malformed), truncated)
+
+
+def find_pod_templates(obj: Mapping[str, Any]) -> list[PodTemplate]:
+    """The pod templates of `obj`: itself for a Pod, `spec.template` for workloads, any nested one in CRs."""
+    if not isinstance(obj, Mapping):
+        return []
+    return list(scan(obj).templates)

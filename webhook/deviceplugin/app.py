@@ -1,0 +1,245 @@
+"""The device plugin process: wires inventory, health, pod and node watches, the gRPC server and probes.
+
+`Plugin(settings).start()` / `.stop()` is the whole lifecycle (tests run it in-process); `run(settings)`
+adds logging and waits for SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import FrameType
+from typing import Any
+
+import prometheus_client
+
+from webhook.deviceplugin import allocator, health, inventory, node, podsource, registration, server, state
+from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
+from webhook.kube import client, errors, rest, watch
+from webhook.serving import logs
+
+log = logging.getLogger(__name__)
+
+
+class StartError(Exception):
+    """The plugin cannot start: no GPUs, an unreadable inventory, an oversized device list, no API."""
+
+
+class Metrics(server.Observer):
+    def __init__(self) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        self.allocations = prometheus_client.Counter(
+            "gpushare_device_plugin_allocations",
+            "Allocate calls by result",
+            ["result"],
+            registry=self.registry,
+        )
+        self.latency = prometheus_client.Histogram(
+            "gpushare_device_plugin_allocate_seconds",
+            "Allocate latency",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5),
+            registry=self.registry,
+        )
+        self.list_bytes = prometheus_client.Gauge(
+            "gpushare_device_plugin_list_bytes",
+            "Size of the last ListAndWatch message",
+            registry=self.registry,
+        )
+
+    def allocated(self, seconds: float, ok: bool) -> None:
+        self.allocations.labels("ok" if ok else "refused").inc()
+        self.latency.observe(seconds)
+
+    def streamed(self, size: int) -> None:
+        self.list_bytes.set(size)
+
+
+def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
+    try:
+        if settings.fake_gpus:
+            return inventory.parse_fake_gpus(settings.fake_gpus)
+        if settings.inventory_file:
+            return inventory.load_inventory_file(settings.inventory_file)
+        return inventory.NvmlInventory()
+    except inventory.InventoryError as err:
+        raise StartError(str(err)) from None
+    except Exception as err:  # pynvml missing, no driver, NVML errors: all mean "no GPUs to serve"
+        raise StartError(
+            f"GPU discovery through NVML failed ({err}); on a node without GPUs use --fake-gpus"
+        ) from None
+
+
+def health_watcher(settings: DevicePluginSettings, inv: inventory.GpuInventory) -> health.HealthWatcher:
+    if settings.health_file:
+        return health.FileHealth(settings.health_file)
+    if isinstance(inv, inventory.NvmlInventory):
+        import pynvml  # noqa: PLC0415  (only on GPU nodes)
+
+        return health.NvmlHealth(pynvml, inv.gpus(), recovery_s=settings.health_recovery_s)
+    return health.StaticHealth()
+
+
+class Plugin:
+    def __init__(self, settings: DevicePluginSettings) -> None:
+        settings.validate()
+        self.settings = settings
+        self.inventory = build_inventory(settings)
+        gpus = self.inventory.gpus()
+        if not gpus:
+            raise StartError("no GPUs found on this node")
+        self.state = state.DeviceState(gpus, settings.granularity())
+        size = server.list_response(self.state)[1].ByteSize()
+        if size > settings.max_list_bytes:
+            raise StartError(
+                f"the device list would be {size} bytes, above {settings.max_list_bytes} (the kubelet "
+                "refuses messages over 4 MB): use --memory-unit GiB or a larger --mib-per-device"
+            )
+        self.metrics = Metrics()
+        self.stop_event = threading.Event()
+        try:
+            self.api = client.connect(
+                client.ClientSettings(host=settings.api_host, kubeconfig=settings.kubeconfig)
+            )
+        except errors.ApiError as err:
+            raise StartError(str(err)) from None
+        self.pods = podsource.PodStore()
+        self.labels = node.NodeLabels()
+        self.marker = podsource.AssignMarker(self.api)
+        self.allocator = allocator.Allocator(
+            self.state,
+            self.pods,
+            self.marker,
+            isolation_disabled=self.labels.isolation_disabled,
+            node_name=settings.node_name,
+            resource_name=settings.resource_name,
+            wait_s=settings.allocate_wait_s,
+        )
+        self.service = server.DevicePluginService(self.state, self.allocator, self.metrics)
+        self.pod_watch = watch.Watcher(
+            self.api,
+            rest.path("pods"),
+            self._on_pod_event,
+            field_selector=f"spec.nodeName={settings.node_name}",
+            name=f"pods on {settings.node_name}",
+        )
+        self.node_watch = watch.Watcher(
+            self.api,
+            rest.path("nodes"),
+            self._on_node_event,
+            field_selector=f"metadata.name={settings.node_name}",
+            name=f"node {settings.node_name}",
+        )
+        self.publisher = node.NodePublisher(self.api, settings.node_name, self.state)
+        self.health = health_watcher(settings, self.inventory)
+        self.server = registration.PluginServer(
+            self.service,
+            registration.RegistrationSettings(
+                settings.device_plugin_dir, settings.endpoint, settings.resource_name
+            ),
+        )
+        self.http: ThreadingHTTPServer | None = None
+
+    def _on_pod_event(self, event: watch.WatchEvent) -> None:
+        if event.type == watch.RESYNC:
+            self.pods.resync(event.objects)
+        elif event.object is not None:
+            self.pods.apply(event.type, event.object)
+
+    def _on_node_event(self, event: watch.WatchEvent) -> None:
+        if event.type == watch.RESYNC:
+            for obj in event.objects[:1]:
+                self.labels.apply(watch.ADDED, obj)
+        elif event.object is not None:
+            self.labels.apply(event.type, event.object)
+
+    def ready(self) -> bool:
+        return self.server.registered.is_set() and self.pods.synced.is_set()
+
+    def start(self) -> Plugin:
+        self.pod_watch.start()
+        self.node_watch.start()
+        self.publisher.start()
+        threading.Thread(
+            target=self.health.run,
+            args=(self.stop_event, self.state.set_unhealthy),
+            name="gpu-health",
+            daemon=True,
+        ).start()
+        # Serve only once the pods of this node are known, so the first Allocate finds them.
+        self.pod_watch.wait_synced(10)
+        self.server.start()
+        if self.settings.health_port:
+            self.http = _probe_server(self, self.settings.health_port)
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        if self.http is not None:
+            self.http.shutdown()
+            self.http.server_close()
+        self.server.stop()
+        self.publisher.stop()
+        self.pod_watch.stop()
+        self.node_watch.stop()
+        self.marker.join(5)
+        self.marker.stop()
+        close = getattr(self.inventory, "close", None)
+        if close is not None:
+            close()
+        self.api.close()  # type: ignore[no-untyped-call]
+
+
+def _probe_server(plugin: Plugin, port: int) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                ok = plugin.ready()
+                body, code, kind = (
+                    (b"ok\n" if ok else b"not registered\n"),
+                    (200 if ok else 503),
+                    "text/plain",
+                )
+            elif self.path == "/metrics":
+                body, code, kind = (
+                    prometheus_client.generate_latest(plugin.metrics.registry),
+                    200,
+                    "text/plain",
+                )
+            else:
+                body, code, kind = b"not found\n", 404, "text/plain"
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="probes", daemon=True).start()
+    return httpd
+
+
+def run(settings: DevicePluginSettings) -> int:
+    logs.configure(settings.log_level, settings.log_format)
+    try:
+        plugin = Plugin(settings).start()
+    except SettingsError as err:
+        raise StartError(str(err)) from None
+    except OSError as err:
+        raise StartError(f"cannot serve: {err}") from None
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("device plugin for %s running on node %s", settings.resource_name, settings.node_name)
+    stop.wait()
+    plugin.stop()
+    return 0

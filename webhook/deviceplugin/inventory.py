@@ -1,0 +1,146 @@
+"""GPU discovery behind the `GpuInventory` protocol: NVML on a GPU node, a declared fake inventory elsewhere.
+
+`pynvml` (nvidia-ml-py) is imported only when the NVML inventory is built, so the plugin, its tests and
+`--fake-gpus` runs never need a driver. GPUs of different sizes are kept apart: each has its own memory.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from webhook.core import devices
+
+
+class InventoryError(ValueError):
+    """A fake-GPU declaration or inventory file that cannot be read; says which part is wrong."""
+
+
+class GpuInventory(Protocol):
+    def gpus(self) -> tuple[devices.Gpu, ...]: ...
+
+
+class FakeInventory:
+    """GPUs declared by flag or file; nothing is probed."""
+
+    def __init__(self, gpus: Sequence[devices.Gpu]) -> None:
+        try:
+            devices.check_inventory(gpus)
+        except devices.DeviceError as err:
+            raise InventoryError(str(err)) from None
+        self._gpus = tuple(sorted(gpus, key=lambda g: g.index))
+
+    def gpus(self) -> tuple[devices.Gpu, ...]:
+        return self._gpus
+
+
+def fake_uuid(index: int) -> str:
+    """A stable, UUID-shaped ID for fake GPU `index` (same on every run, as a real UUID is)."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_OID, f'gpushare-fake-gpu-{index}')}"
+
+
+def parse_memory_mib(raw: object, where: str) -> int:
+    """`16` or `"16"` (GiB), `"16GiB"`, `"16130MiB"` -> MiB."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        text = str(raw)
+    elif isinstance(raw, str):
+        text = raw.strip()
+    else:
+        raise InventoryError(f"{where}: memory {raw!r} is not a number")
+    factor = 1024
+    for suffix, mult in (("GiB", 1024), ("MiB", 1)):
+        if text.endswith(suffix):
+            text, factor = text[: -len(suffix)].strip(), mult
+            break
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) <= 0:
+        raise InventoryError(
+            f"{where}: memory {raw!r} must be a positive whole number of GiB, or e.g. '16130MiB'"
+        )
+    return int(text) * factor
+
+
+def parse_fake_gpus(spec: str) -> FakeInventory:
+    """`--fake-gpus "0:16,1:16,2:24"`: index:memory pairs, memory in GiB unless it says MiB."""
+    gpus = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        index_text, sep, memory = part.partition(":")
+        if not sep or not index_text.strip().isdigit():
+            raise InventoryError(f"--fake-gpus: {part!r} is not <index>:<memory>, e.g. 0:16")
+        index = int(index_text)
+        gpus.append(
+            devices.Gpu(index, fake_uuid(index), parse_memory_mib(memory, f"--fake-gpus {part!r}"), "fake")
+        )
+    if not gpus:
+        raise InventoryError("--fake-gpus declares no GPU; write e.g. '0:16,1:16,2:24'")
+    return FakeInventory(gpus)
+
+
+def load_inventory_file(path: Path) -> FakeInventory:
+    """A YAML or JSON file: `gpus: [{index: 0, memory: 16GiB, uuid: ..., model: ...}, ...]`."""
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise InventoryError(f"inventory file {path}: {err.strerror or err}") from None
+    try:
+        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise InventoryError(f"inventory file {path}: not YAML/JSON ({err})") from None
+    items = data.get("gpus") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not items:
+        raise InventoryError(f"inventory file {path}: expected 'gpus: [{{index: 0, memory: 16GiB}}, ...]'")
+    gpus = []
+    for n, item in enumerate(items):
+        where = f"inventory file {path}: gpus[{n}]"
+        if (
+            not isinstance(item, dict)
+            or not isinstance(item.get("index"), int)
+            or isinstance(item["index"], bool)
+        ):
+            raise InventoryError(f"{where}: needs an integer 'index'")
+        index = item["index"]
+        memory = parse_memory_mib(item.get("memory"), where)
+        gpus.append(
+            devices.Gpu(index, str(item.get("uuid") or fake_uuid(index)), memory, str(item.get("model", "")))
+        )
+    return FakeInventory(gpus)
+
+
+class NvmlInventory:
+    """The node's GPUs from NVML: index, UUID, total memory, model. Read once; restart to rediscover."""
+
+    def __init__(self) -> None:
+        import pynvml  # noqa: PLC0415  (lazy: only GPU nodes have libnvidia-ml)
+
+        self._nvml = pynvml
+        pynvml.nvmlInit()
+        gpus = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            gpus.append(
+                devices.Gpu(
+                    index=index,
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    memory_mib=int(memory.total) // (1024 * 1024),
+                    model=_text(pynvml.nvmlDeviceGetName(handle)),
+                )
+            )
+        devices.check_inventory(gpus)
+        self._gpus = tuple(gpus)
+
+    def gpus(self) -> tuple[devices.Gpu, ...]:
+        return self._gpus
+
+    def close(self) -> None:
+        self._nvml.nvmlShutdown()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,100 @@
+"""What the plugin publishes on its Node, and the node labels it reads.
+
+Publishes `aliyun.com/gpu-count` in status capacity/allocatable (the kubelet keeps extended resources it
+does not own) and each GPU's memory and health as JSON in the `NODE_DEVICES_ANNOTATION`, the format
+the extender reads (fault 2: GPUs of different sizes stay apart). Re-publishes on every health change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import kubernetes.client
+
+from webhook.core import resources
+from webhook.deviceplugin.state import DeviceState
+from webhook.kube import errors, pods
+
+log = logging.getLogger(__name__)
+
+
+class NodeLabels:
+    """The node's labels from its watch; `isolation_disabled` is the CGPU_DISABLE switch."""
+
+    def __init__(self) -> None:
+        self.labels: Mapping[str, str] = {}
+
+    def apply(self, kind: str, node: Mapping[str, Any]) -> None:
+        if kind != "DELETED":
+            self.labels = dict((node.get("metadata") or {}).get("labels") or {})
+
+    def isolation_disabled(self) -> bool:
+        return str(self.labels.get(resources.ISOLATION_KEY, "")).strip().lower() == "true"
+
+
+class NodePublisher:
+    """Patches the node now, on every device-state change, and every `refresh_s`; retries failures."""
+
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        node_name: str,
+        state: DeviceState,
+        refresh_s: float = 300.0,
+        retry_s: float = 2.0,
+    ) -> None:
+        self.api = api
+        self.node_name = node_name
+        self.state = state
+        self.refresh_s = refresh_s
+        self.retry_s = retry_s
+        self.published = 0
+        self._dirty = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-publisher", daemon=True)
+        state.on_change(self._dirty.set)
+
+    def start(self) -> NodePublisher:
+        self._dirty.set()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._dirty.set()
+        self._thread.join(timeout=5)
+
+    def publish(self) -> None:
+        """One round: status, then annotation. Raises errors.ApiError."""
+        gpus = self.state.gpus
+        healthy = len(gpus) - len(self.state.unhealthy)
+        pods.patch_node_status(
+            self.api,
+            self.node_name,
+            {
+                "capacity": {resources.GPU_COUNT: str(len(gpus))},
+                "allocatable": {resources.GPU_COUNT: str(healthy)},
+            },
+        )
+        pods.patch_node_annotations(
+            self.api, self.node_name, {resources.NODE_DEVICES_ANNOTATION: self.state.node_devices().to_json()}
+        )
+        self.published += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._dirty.wait(self.refresh_s):
+                self._dirty.set()  # periodic refresh, e.g. after the Node object was recreated
+            if self._stop.is_set():
+                return
+            self._dirty.clear()
+            try:
+                self.publish()
+                log.info("published %d GPUs on node %s", len(self.state.gpus), self.node_name)
+            except errors.ApiError as err:
+                log.warning("publishing GPUs on node %s failed: %s; retrying", self.node_name, err)
+                self._dirty.set()
+                self._stop.wait(self.retry_s)

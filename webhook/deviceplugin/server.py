@@ -1,0 +1,107 @@
+"""The DevicePlugin gRPC service: translates kubelet calls into `DeviceState` and `Allocator` calls.
+
+ListAndWatch streams the full device list on every change and stays open until the client goes or
+the server stops; Allocate answers one env per container or fails with a status whose message the
+kubelet shows as `UnexpectedAdmissionError` (fault 7: never a fake env that crashes later).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from webhook.deviceplugin.allocator import AllocateError, Allocator
+from webhook.deviceplugin.state import DeviceState
+from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+HEALTHY = "Healthy"
+UNHEALTHY = "Unhealthy"
+# Kept equal to what Register sends: the kubelet stores the options from GetDevicePluginOptions.
+OPTIONS = api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=False)
+
+
+def list_response(state: DeviceState) -> tuple[int, api_pb2.ListAndWatchResponse]:
+    version, fakes = state.snapshot()
+    message = api_pb2.ListAndWatchResponse(
+        devices=[api_pb2.Device(ID=d.id, health=HEALTHY if d.healthy else UNHEALTHY) for d in fakes]
+    )
+    return version, message
+
+
+class Observer:
+    """Counters and timings the shell exposes on /metrics; no-ops by default."""
+
+    def allocated(self, seconds: float, ok: bool) -> None: ...
+
+    def streamed(self, size: int) -> None: ...
+
+
+class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
+    def __init__(self, state: DeviceState, allocator: Allocator, observer: Observer | None = None) -> None:
+        self.state = state
+        self.allocator = allocator
+        self.observer = observer or Observer()
+        self.stopping = threading.Event()
+        self._cache: tuple[int, api_pb2.ListAndWatchResponse] | None = None
+        self._cache_lock = threading.Lock()
+
+    def GetDevicePluginOptions(  # noqa: N802 (the kubelet's method name)
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> api_pb2.DevicePluginOptions:
+        return OPTIONS
+
+    def _response(self) -> tuple[int, api_pb2.ListAndWatchResponse]:
+        # One message per version, shared by all streams (it can hold thousands of devices).
+        with self._cache_lock:
+            version, _ = self.state.snapshot()
+            if self._cache is None or self._cache[0] != version:
+                self._cache = list_response(self.state)
+            return self._cache
+
+    def ListAndWatch(  # noqa: N802 (the kubelet's method name)
+        self, request: api_pb2.Empty, context: grpc.ServicerContext
+    ) -> Iterator[api_pb2.ListAndWatchResponse]:
+        context.add_callback(self.state.wake)
+        sent = -1
+        while context.is_active() and not self.stopping.is_set():
+            version, message = self._response()
+            if version != sent:
+                sent = version
+                self.observer.streamed(message.ByteSize())
+                yield message
+            self.state.wait_newer(sent, 0.5)
+
+    def Allocate(  # noqa: N802 (the kubelet's method name)
+        self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
+    ) -> api_pb2.AllocateResponse:
+        started = time.perf_counter()
+        if not request.container_requests:
+            self.observer.allocated(time.perf_counter() - started, False)
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "gpushare: Allocate request has no container requests"
+            )
+        responses = []
+        for container in request.container_requests:
+            try:
+                env = self.allocator.allocate(list(container.devices_ids))
+            except AllocateError as err:
+                log.warning("Allocate refused: %s", err)
+                self.observer.allocated(time.perf_counter() - started, False)
+                code = (
+                    grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
+                )
+                context.abort(code, str(err))
+            responses.append(api_pb2.ContainerAllocateResponse(envs=env))
+        self.observer.allocated(time.perf_counter() - started, True)
+        return api_pb2.AllocateResponse(container_responses=responses)
+
+    def PreStartContainer(  # noqa: N802 (the kubelet's method name)
+        self, request: api_pb2.PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreStartContainerResponse:
+        return api_pb2.PreStartContainerResponse()

@@ -1,0 +1,56 @@
+"""DevicePluginSettings: everything `run` needs, built by the CLI from flags and env, validated here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from webhook.core import devices, resources
+
+DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+DEFAULT_ENDPOINT = "aliyun-gpushare.sock"
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work; the message names the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePluginSettings:
+    node_name: str
+    memory_unit: str = "GiB"
+    mib_per_device: int | None = None  # MiB mode only; default devices.DEFAULT_MIB_PER_DEVICE
+    fake_gpus: str = ""  # "0:16,1:16,2:24"
+    inventory_file: Path | None = None  # YAML/JSON fake inventory
+    health_file: Path | None = None  # unhealthy GPU indexes, e.g. "0,2" (fake inventories)
+    health_recovery_s: float = 60.0  # NVML: healthy again after this long without XID and a good probe
+    device_plugin_dir: Path = DEFAULT_PLUGIN_DIR
+    endpoint: str = DEFAULT_ENDPOINT
+    resource_name: str = resources.GPU_MEMORY
+    kubeconfig: str = ""
+    api_host: str = ""  # explicit API URL (tests, local runs); wins over kubeconfig
+    health_port: int = 0  # /healthz and /metrics on 0.0.0.0:<port>; 0 = off
+    allocate_wait_s: float = 3.0  # how long Allocate waits for the pod watch to show the pod
+    max_list_bytes: int = 2 * 1024 * 1024  # refuse to start above this ListAndWatch size (kubelet: 4 MB)
+    log_level: str = "info"
+    log_format: str = "json"
+
+    def granularity(self) -> devices.Granularity:
+        try:
+            return devices.Granularity.parse(self.memory_unit, self.mib_per_device)
+        except devices.DeviceError as err:
+            raise SettingsError(f"--memory-unit/--mib-per-device: {err}") from None
+
+    def validate(self) -> DevicePluginSettings:
+        if not self.node_name:
+            raise SettingsError("the node name is required: set NODE_NAME (downward API spec.nodeName)")
+        if self.fake_gpus and self.inventory_file:
+            raise SettingsError("--fake-gpus and --inventory-file are exclusive")
+        if "/" in self.endpoint or not self.endpoint.endswith(".sock"):
+            raise SettingsError(f"--endpoint {self.endpoint!r} must be a socket file name ending in .sock")
+        if self.allocate_wait_s < 0 or self.health_recovery_s <= 0:
+            raise SettingsError("--allocate-wait must be >= 0 and --health-recovery > 0 seconds")
+        if not 0 <= self.health_port <= 65535:
+            raise SettingsError(f"--health-port {self.health_port} is not a port")
+        self.granularity()
+        return self

@@ -1,0 +1,65 @@
+"""The node's GPUs and their health, shared by ListAndWatch, Allocate and the node publisher.
+
+Every change bumps a version and wakes the waiters, so each ListAndWatch stream sends the full list
+again (the kubelet rebuilds its device sets from every message).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+
+from webhook.core import annotations as ann
+from webhook.core import devices
+
+
+class DeviceState:
+    def __init__(self, gpus: Sequence[devices.Gpu], granularity: devices.Granularity) -> None:
+        devices.check_inventory(gpus)
+        self.gpus = tuple(sorted(gpus, key=lambda g: g.index))
+        self.granularity = granularity
+        self._unhealthy: frozenset[int] = frozenset()
+        self._version = 0
+        self._changed = threading.Condition()
+        self._listeners: list[Callable[[], None]] = []
+        # Fail at start, not at the first ListAndWatch, when a device ID would be too long.
+        devices.fake_devices(self.gpus, granularity)
+
+    @property
+    def unhealthy(self) -> frozenset[int]:
+        return self._unhealthy
+
+    def set_unhealthy(self, indexes: Iterable[int]) -> None:
+        known = {g.index for g in self.gpus}
+        new = frozenset(i for i in indexes if i in known)
+        with self._changed:
+            if new == self._unhealthy:
+                return
+            self._unhealthy = new
+            self._version += 1
+            self._changed.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    def snapshot(self) -> tuple[int, list[devices.FakeDevice]]:
+        with self._changed:
+            version, unhealthy = self._version, self._unhealthy
+        return version, devices.fake_devices(self.gpus, self.granularity, unhealthy)
+
+    def wait_newer(self, version: int, timeout: float) -> int:
+        """Block until the version differs from `version` or `timeout` passes; the current version."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._version != version, timeout)
+            return self._version
+
+    def wake(self) -> None:
+        """Wake waiters (a stream that was cancelled checks its context)."""
+        with self._changed:
+            self._changed.notify_all()
+
+    def node_devices(self) -> ann.NodeDevices:
+        return devices.node_devices(self.gpus, self.granularity, self._unhealthy)

@@ -1,0 +1,196 @@
+"""The extender's HTTP API (Starlette): filter, prioritize, bind, inspect, probes, metrics, version.
+
+Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error` (filter, bind), as
+kube-scheduler expects (contracts §5.2). Prioritize has no Error field: bad input gets 400 with one,
+and the scheduler then ignores our scores, as it does for any prioritize error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Gauge
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from webhook import __version__
+from webhook.extender import scheduling, wire
+from webhook.extender.binder import Binder
+from webhook.extender.cache import Cache, NodeView
+from webhook.extender.settings import ExtenderSettings
+from webhook.serving import metrics, probes
+
+log = logging.getLogger(__name__)
+METRICS_NAMESPACE = "gpushare_extender"
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+@dataclass
+class Leadership:
+    """Who binds: `is_leader()` and the current holder's identity (for the follower's message)."""
+
+    is_leader: Callable[[], bool] = lambda: True
+    holder: Callable[[], str] = lambda: ""
+
+
+@dataclass
+class ExtenderApp:
+    cache: Cache
+    binder: Binder
+    settings: ExtenderSettings
+    leadership: Leadership = field(default_factory=Leadership)
+    readiness: probes.Readiness = field(default_factory=probes.Readiness)
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+
+async def _body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise BodyTooLarge
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def inspect_json(view: NodeView) -> dict[str, Any]:
+    """One node as the original gpushare inspect API wrote it (name, totalGPU, usedGPU, devs), plus ours."""
+    devices = []
+    for gpu in view.gpus:
+        pods = [
+            {
+                "name": s.key.split("/", 1)[1],
+                "namespace": s.key.split("/", 1)[0],
+                "usedGPU": s.allocation.per_gpu()[gpu.index],
+                "assigned": s.assigned,
+                "assumed": s.assumed,
+            }
+            for s in view.shares
+            if gpu.index in s.allocation.per_gpu()
+        ]
+        devices.append(
+            {
+                "id": gpu.index,
+                "uuid": gpu.uuid,
+                "model": gpu.model,
+                "healthy": gpu.healthy,
+                "totalGPU": gpu.memory,
+                "usedGPU": gpu.used,
+                "pods": pods,
+            }
+        )
+    return {
+        "name": view.name,
+        "unit": view.unit,
+        "totalGPU": sum(g.memory for g in view.gpus),
+        "usedGPU": sum(g.used for g in view.gpus),
+        "devs": devices,
+        "problems": list(view.problems),
+    }
+
+
+def build_app(
+    ext: ExtenderApp,
+    lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
+) -> Starlette:
+    settings = ext.settings
+    limit = settings.max_body_bytes
+    request_metrics = metrics.RequestMetrics(ext.registry, METRICS_NAMESPACE)
+    leader_gauge = Gauge(
+        "leader", "1 when this replica binds.", namespace=METRICS_NAMESPACE, registry=ext.registry
+    )
+    leader_gauge.set_function(lambda: 1.0 if ext.leadership.is_leader() else 0.0)
+    ext.readiness.add_check(
+        "cache-synced", lambda: ext.cache.pods_synced.is_set() and ext.cache.nodes_synced.is_set()
+    )
+
+    async def read_args(request: Request) -> wire.ExtenderArgs:
+        return wire.extender_args(wire.parse_json(await _body(request, limit)))
+
+    async def filter_(request: Request) -> Response:
+        started, outcome = time.perf_counter(), "ok"
+        try:
+            result = scheduling.filter_nodes(ext.cache, await read_args(request), settings.default_policy)
+        except (wire.WireError, BodyTooLarge) as err:
+            outcome = "bad_request"
+            result = wire.filter_error(_message(err, limit))
+        request_metrics.observe("filter", outcome, time.perf_counter() - started)
+        return JSONResponse(result)
+
+    async def prioritize(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            scores = scheduling.prioritize(ext.cache, await read_args(request), settings.default_policy)
+        except (wire.WireError, BodyTooLarge) as err:
+            request_metrics.observe("prioritize", "bad_request", time.perf_counter() - started)
+            return JSONResponse({"Error": _message(err, limit)}, status_code=400)
+        request_metrics.observe("prioritize", "ok", time.perf_counter() - started)
+        return JSONResponse(wire.host_priority_list(scores))
+
+    async def bind(request: Request) -> Response:
+        started = time.perf_counter()
+        try:
+            args = wire.binding_args(wire.parse_json(await _body(request, limit)))
+        except (wire.WireError, BodyTooLarge) as err:
+            request_metrics.observe("bind", "bad_request", time.perf_counter() - started)
+            return JSONResponse(wire.binding_result(_message(err, limit)))
+        if not ext.leadership.is_leader():
+            holder = ext.leadership.holder() or "unknown"
+            request_metrics.observe("bind", "not_leader", time.perf_counter() - started)
+            return JSONResponse(
+                wire.binding_result(
+                    f"this gpushare extender replica is not the leader (leader: {holder}); retry"
+                )
+            )
+        error = await run_in_threadpool(ext.binder.bind, args)
+        request_metrics.observe("bind", "error" if error else "ok", time.perf_counter() - started)
+        if error:
+            log.info("bind failed", extra={"fields": {"pod": args.key, "node": args.node, "error": error}})
+        return JSONResponse(wire.binding_result(error))
+
+    async def inspect_all(request: Request) -> Response:
+        views = [ext.cache.view(name) for name in ext.cache.node_names()]
+        return JSONResponse({"nodes": [inspect_json(v) for v in views if v is not None]})
+
+    async def inspect_node(request: Request) -> Response:
+        view = ext.cache.view(request.path_params["node"])
+        if view is None:
+            return JSONResponse({"nodes": [], "error": f"node {request.path_params['node']} not found"}, 404)
+        return JSONResponse({"nodes": [inspect_json(view)]})
+
+    async def version(request: Request) -> Response:
+        return JSONResponse(
+            {"version": __version__, "leader": ext.leadership.is_leader(), **ext.cache.stats()}
+        )
+
+    prefix = settings.url_prefix.rstrip("/")
+    routes = [
+        Route(f"{prefix}/filter", filter_, methods=["POST"]),
+        Route(f"{prefix}/prioritize", prioritize, methods=["POST"]),
+        Route(f"{prefix}/bind", bind, methods=["POST"]),
+        Route(f"{prefix}/inspect", inspect_all, methods=["GET"]),
+        Route(f"{prefix}/inspect/{{node}}", inspect_node, methods=["GET"]),
+        Route("/version", version, methods=["GET"]),
+        *probes.probe_routes(ext.readiness, ext.registry),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _message(err: Exception, limit: int) -> str:
+    if isinstance(err, BodyTooLarge):
+        return f"request body is larger than {limit} bytes"
+    return str(err)

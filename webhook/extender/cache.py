@@ -1,0 +1,248 @@
+"""Node and pod state of the extender: one accounting.Ledger per node, fed by list+watch events.
+
+Annotations are the only persistent state, so a fresh cache fed the same objects holds the same
+numbers. A pod the binder has just bound is counted at once ("assumed") until the watch shows it with a
+node, is deleted, or the assumption expires; a failed bind forgets it, so no memory stays counted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core import accounting, demand, resources
+from webhook.core import annotations as ann
+
+ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    """What the cache keeps of a pod: enough to bind it and to count it, not the whole object."""
+
+    key: str
+    uid: str
+    node: str
+    demand: demand.GpuMemoryDemand | None
+    demand_error: str = ""
+    policy: str = ""
+    share: accounting.PodShare | None = None
+    problem: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Assumption:
+    uid: str
+    node: str
+    since_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A consistent copy of one node's ledger for inspect."""
+
+    name: str
+    unit: str
+    gpus: tuple[accounting.Gpu, ...]
+    shares: tuple[accounting.PodShare, ...]
+    problems: tuple[str, ...]
+
+
+def record_of(pod: Mapping[str, Any], names: resources.GpuResourceNames) -> PodRecord | None:
+    """The cache's record of a pod; None for pods that neither ask for GPU memory nor hold any."""
+    meta = pod.get("metadata") or {}
+    key = accounting.pod_key(pod)
+    problem = ""
+    try:
+        share = accounting.share_of(pod)
+    except ann.AnnotationError as err:
+        share, problem = None, str(err)
+    try:
+        asked: demand.GpuMemoryDemand | None = demand.pod_demand(pod, names)
+        demand_error = ""
+    except demand.DemandError as err:
+        asked, demand_error = None, str(err)
+    if share is None and not problem and not demand_error and (asked is None or not asked.asks()):
+        return None
+    return PodRecord(
+        key=key,
+        uid=str(meta.get("uid") or ""),
+        node=accounting.node_name_of(pod),
+        demand=asked,
+        demand_error=demand_error,
+        policy=str((meta.get("annotations") or {}).get(resources.PLACEMENT_POLICY_ANNOTATION, "")),
+        share=share,
+        problem=problem,
+    )
+
+
+class Cache:
+    """Thread-safe. Readers that need several ledgers consistent take `locked()` once."""
+
+    def __init__(
+        self,
+        unit: str = "GiB",
+        names: resources.GpuResourceNames | None = None,
+    ) -> None:
+        self.unit = unit
+        self.names = names or resources.GpuResourceNames()
+        self._lock = threading.RLock()
+        self._ledgers: dict[str, accounting.Ledger] = {}
+        self._nodes: set[str] = set()
+        self._pods: dict[str, PodRecord] = {}
+        self._assumed: dict[str, _Assumption] = {}
+        self.pods_synced = threading.Event()
+        self.nodes_synced = threading.Event()
+
+    @contextmanager
+    def locked(self) -> Iterator[Cache]:
+        with self._lock:
+            yield self
+
+    def _ledger(self, node: str) -> accounting.Ledger:
+        ledger = self._ledgers.get(node)
+        if ledger is None:
+            ledger = self._ledgers[node] = accounting.Ledger(node, ann.NodeDevices(self.unit, ()))
+        return ledger
+
+    # --- nodes -------------------------------------------------------------------------------------
+
+    def node_event(self, kind: str, node: Mapping[str, Any]) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        with self._lock:
+            if kind == DELETED:
+                self._nodes.discard(name)
+                ledger = self._ledgers.get(name)
+                if ledger is not None:
+                    ledger.set_devices(ann.NodeDevices(self.unit, ()), "node was deleted")
+                return
+            self._nodes.add(name)
+            try:
+                self._ledger(name).set_devices(accounting.node_devices(node, self.unit, self.names))
+            except accounting.DevicesError as err:
+                self._ledger(name).set_devices(ann.NodeDevices(self.unit, ()), str(err))
+
+    def nodes_resync(self, nodes: Iterable[Mapping[str, Any]]) -> None:
+        with self._lock:
+            seen = set()
+            for node in nodes:
+                seen.add(str((node.get("metadata") or {}).get("name") or ""))
+                self.node_event(ADDED, node)
+            for gone in self._nodes - seen:
+                self.node_event(DELETED, {"metadata": {"name": gone}})
+        self.nodes_synced.set()
+
+    def knows_node(self, name: str) -> bool:
+        return name in self._nodes
+
+    # --- pods --------------------------------------------------------------------------------------
+
+    def pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
+        key = accounting.pod_key(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        with self._lock:
+            assumption = self._assumed.get(key)
+            if assumption is not None and (
+                kind == DELETED
+                or assumption.uid != uid
+                or accounting.node_name_of(pod)
+                or not accounting.holds_memory(pod)
+            ):
+                # The watch now shows where the pod really is (or that it is gone): it replaces the guess.
+                self._drop_assumption(key)
+            if kind == DELETED:
+                self._set_record(key, None)
+                return
+            self._set_record(key, record_of(pod, self.names))
+
+    def pods_resync(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        with self._lock:
+            seen = set()
+            for pod in pods:
+                seen.add(accounting.pod_key(pod))
+                self.pod_event(MODIFIED, pod)
+            for gone in set(self._pods) - seen:
+                self._set_record(gone, None)
+        self.pods_synced.set()
+
+    def _set_record(self, key: str, record: PodRecord | None) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None and old.node and key not in self._assumed:
+            self._ledger(old.node).release(key)
+        if record is None:
+            return
+        self._pods[key] = record
+        if record.node and record.share is not None and key not in self._assumed:
+            self._ledger(record.node).place(record.share)
+
+    def pod(self, key: str) -> PodRecord | None:
+        return self._pods.get(key)
+
+    # --- assumptions (binder) ----------------------------------------------------------------------
+
+    def assume(self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int) -> None:
+        """Count a pod on `node` from the moment its Binding is sent, before the watch shows it."""
+        with self._lock:
+            self._drop_assumption(key)
+            old = self._pods.get(key)
+            if old is not None and old.node:
+                self._ledger(old.node).release(key)
+            self._assumed[key] = _Assumption(uid, node, now_ns)
+            share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
+            self._ledger(node).place(share)
+
+    def forget(self, key: str, uid: str) -> None:
+        """A Binding failed: stop counting the assumed pod (unless the watch already showed it bound)."""
+        with self._lock:
+            assumption = self._assumed.get(key)
+            if assumption is not None and assumption.uid == uid:
+                self._drop_assumption(key)
+
+    def _drop_assumption(self, key: str) -> None:
+        assumption = self._assumed.pop(key, None)
+        if assumption is None:
+            return
+        self._ledger(assumption.node).release(key)
+        record = self._pods.get(key)
+        if record is not None and record.node and record.share is not None:
+            self._ledger(record.node).place(record.share)
+
+    def expire_assumptions(self, now_ns: int) -> int:
+        with self._lock:
+            old = [k for k, a in self._assumed.items() if now_ns - a.since_ns > ASSUME_TTL_NS]
+            for key in old:
+                self._drop_assumption(key)
+            return len(old)
+
+    def assumed(self) -> dict[str, str]:
+        with self._lock:
+            return {k: a.node for k, a in self._assumed.items()}
+
+    # --- reads -------------------------------------------------------------------------------------
+
+    def ledger(self, node: str) -> accounting.Ledger | None:
+        """The node's ledger, or None when the node is unknown. Hold `locked()` while reading it."""
+        return self._ledgers.get(node) if node in self._nodes else None
+
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return sorted(self._nodes)
+
+    def view(self, node: str) -> NodeView | None:
+        with self._lock:
+            ledger = self.ledger(node)
+            if ledger is None:
+                return None
+            problems = list(ledger.problems())
+            problems += [
+                f"pod {r.key}: {r.problem}" for r in self._pods.values() if r.node == node and r.problem
+            ]
+            return NodeView(node, ledger.unit, ledger.gpus(), ledger.shares(), tuple(problems))
+
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"nodes": len(self._nodes), "pods": len(self._pods), "assumed": len(self._assumed)}

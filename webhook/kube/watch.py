@@ -1,0 +1,251 @@
+"""List + watch of one collection, kept going: resume from the last resourceVersion, re-list on 410 Gone.
+
+A `Watcher` delivers `WatchEvent`s to a callback (or a queue): first a RESYNC carrying the complete list,
+then ADDED/MODIFIED/DELETED; after any re-list another RESYNC, which replaces everything the consumer
+knew (deletions missed during the gap included). Bookmarks only move the resourceVersion. Transport
+errors, dropped streams and 5xx answers back off and resume; `stop()` works from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import kubernetes.client
+import urllib3
+
+from webhook.kube import errors, rest
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+ADDED, MODIFIED, DELETED, RESYNC = "ADDED", "MODIFIED", "DELETED", "RESYNC"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchEvent:
+    """One change: `object` for ADDED/MODIFIED/DELETED; `objects` (the full state) for RESYNC."""
+
+    type: str
+    object: Obj | None = None
+    objects: tuple[Obj, ...] = ()
+    resource_version: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with ±20 % jitter: initial * factor**attempt, capped at `maximum` seconds."""
+
+    initial: float = 0.2
+    maximum: float = 30.0
+    factor: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        base = min(self.maximum, self.initial * self.factor ** min(attempt, 32))
+        return base * random.uniform(0.8, 1.2)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WatchSettings:
+    timeout_seconds: int = 300  # asked of the server per watch request; the stream then ends and resumes
+    bookmarks: bool = True
+    page_size: int = 500  # list limit; 0 lists in one reply
+    connect_timeout: float = 5.0
+    backoff: Backoff = Backoff()
+
+
+@dataclasses.dataclass(slots=True)
+class WatchStats:
+    """Counters for tests and metrics."""
+
+    lists: int = 0
+    watches: int = 0
+    events: int = 0
+    bookmarks: int = 0
+    expired: int = 0  # 410 Gone answers (each followed by a re-list)
+    errors: int = 0
+
+
+class Watcher:
+    """Keeps one list+watch of `resource_path` (e.g. rest.path("pods")) alive until `stop()`."""
+
+    def __init__(
+        self,
+        api: kubernetes.client.ApiClient,
+        resource_path: str,
+        handler: Callable[[WatchEvent], None] | None = None,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        settings: WatchSettings = WatchSettings(),
+        name: str = "",
+    ) -> None:
+        self.api = api
+        self.resource_path = resource_path
+        self.selectors = {
+            k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v
+        }
+        self.settings = settings
+        self.name = name or resource_path
+        self.stats = WatchStats()
+        self.synced = threading.Event()  # set after the first complete list was delivered
+        self.events: queue.Queue[WatchEvent] = queue.Queue()  # used when no handler is given
+        self.resource_version = ""
+        self.last_error: errors.ApiError | None = None
+        self._handler = handler
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._response: urllib3.BaseHTTPResponse | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---
+
+    def start(self) -> Watcher:
+        self._thread = threading.Thread(target=self.run, name=f"watch {self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and cut the open stream; waits up to `timeout` for the thread."""
+        self._stop.set()
+        with self._lock:
+            response = self._response
+        if response is not None:
+            _cut(response)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        return self.synced.wait(timeout)
+
+    def run(self) -> None:
+        """The loop: list, then watch and resume until stopped. Never raises an API error."""
+        attempt = 0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                if not self.resource_version:
+                    self._list()
+                if self._watch_once():
+                    attempt = 0
+                    continue
+                if time.monotonic() - started >= 1.0:
+                    continue  # a quiet stream that ran to its timeout: resume at once
+                problem = "watch stream ended at once without events"
+            except errors.GoneError:
+                self.stats.expired += 1
+                self.resource_version = ""
+                if attempt == 0:
+                    attempt = 1
+                    continue  # re-list at once; back off only when 410 comes again straight after
+                problem = "410 Gone again right after a list"
+            except errors.ApiError as exc:
+                if self._stop.is_set():
+                    break
+                self.stats.errors += 1
+                self.last_error = exc
+                problem = str(exc)
+            delay = self.settings.backoff.delay(attempt)
+            attempt += 1
+            log.warning("watch %s: %s; retrying in %.2fs", self.name, problem, delay)
+            self._stop.wait(delay)
+
+    # --- internals ---
+
+    def _emit(self, event: WatchEvent) -> None:
+        if self._handler is None:
+            self.events.put(event)
+            return
+        try:
+            self._handler(event)
+        except Exception:  # a consumer bug must not end the watch
+            log.exception("watch %s: handler failed on %s", self.name, event.type)
+
+    def _list(self) -> None:
+        items: list[Obj] = []
+        query: dict[str, str | int | bool] = dict(self.selectors)
+        if self.settings.page_size:
+            query["limit"] = self.settings.page_size
+        while True:
+            reply = rest.request(self.api, "GET", self.resource_path, query=query)
+            meta = reply.get("metadata") or {}
+            items += reply.get("items") or []
+            if not meta.get("continue"):
+                break
+            query["continue"] = meta["continue"]
+        self.stats.lists += 1
+        self.resource_version = str(meta.get("resourceVersion") or "")
+        self._emit(WatchEvent(RESYNC, objects=tuple(items), resource_version=self.resource_version))
+        self.synced.set()
+
+    def _watch_once(self) -> bool:
+        """One watch request from `resource_version`; True when it delivered anything (healthy)."""
+        query: dict[str, str | int | bool] = {
+            **self.selectors,
+            "watch": True,
+            "resourceVersion": self.resource_version,
+            "timeoutSeconds": self.settings.timeout_seconds,
+        }
+        if self.settings.bookmarks:
+            query["allowWatchBookmarks"] = True
+        read_timeout = self.settings.timeout_seconds + 30.0
+        response = rest.open_stream(
+            self.api, self.resource_path, query=query, timeout=(self.settings.connect_timeout, read_timeout)
+        )
+        self.stats.watches += 1
+        with self._lock:
+            self._response = response
+        if self._stop.is_set():
+            _cut(response)
+        healthy = False
+        try:
+            with errors.translated():
+                pending = b""
+                for chunk in response.stream(None, decode_content=False):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip() and not self._stop.is_set():
+                            self._handle_line(line)
+                            healthy = True
+        finally:
+            with self._lock:
+                self._response = None
+            response.close()
+            response.release_conn()
+        return healthy
+
+    def _handle_line(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+            kind, obj = event["type"], event["object"]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise errors.ApiError(200, "BadWatchEvent", f"undecodable watch event: {line[:200]!r}") from exc
+        if kind == "ERROR":
+            raise errors.from_status(int(obj.get("code") or 500) if isinstance(obj, dict) else 500, obj)
+        rv = str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+        if kind == "BOOKMARK":
+            self.stats.bookmarks += 1
+        elif kind in (ADDED, MODIFIED, DELETED):
+            self.stats.events += 1
+            self._emit(WatchEvent(kind, object=obj, resource_version=rv))
+        if rv:
+            self.resource_version = rv
+
+
+def _cut(response: urllib3.BaseHTTPResponse) -> None:
+    """Unblock a thread reading `response` (shut the socket's read side)."""
+    with contextlib.suppress(ValueError, OSError, NotImplementedError):  # already released or closed
+        response.shutdown()

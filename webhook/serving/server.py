@@ -1,0 +1,188 @@
+"""Run a Starlette (any ASGI) app under uvicorn, over HTTPS with hot-reloaded certificates or plain HTTP.
+
+    server = AppServer(app, ServeOptions(host="0.0.0.0", port=8443, tls=TlsFiles.in_dir(Path("certs"))))
+    server.run()                   # blocking; SIGINT/SIGTERM stop it gracefully
+    with AppServer(app, ServeOptions(host="127.0.0.1", port=0)) as server:   # tests: a thread
+        httpx.get(server.url + "/healthz")
+
+The socket is bound and the certificates loaded in the constructor, so bad options fail before serving
+(`ServeError`, `TlsError`) and `port` is known even for port 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from webhook.serving import probes, tls
+
+log = logging.getLogger(__name__)
+
+
+class ServeError(Exception):
+    """The server cannot start (address in use, bad host); the message says which address and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    host: str = "0.0.0.0"
+    port: int = 8443  # 0: an ephemeral port, see AppServer.port
+    tls: tls.TlsFiles | None = None  # None serves plain HTTP
+    cert_reload_interval_s: float = 1.0
+    graceful_shutdown_s: float = 10.0
+    keep_alive_s: int = 30  # longer than the API server's idle connections are kept (client-go: 90 s max)
+    backlog: int = 2048
+    limit_concurrency: int | None = None
+
+
+class AppServer:
+    """One uvicorn server for one app, runnable in the main thread (`run`) or a background thread."""
+
+    def __init__(
+        self, app: ASGIApp, options: ServeOptions, readiness: probes.Readiness | None = None
+    ) -> None:
+        self.options = options
+        self.readiness = readiness or probes.Readiness()
+        self.tls = tls.ReloadingContext(options.tls) if options.tls is not None else None
+        self._socket = _bind(options.host, options.port, options.backlog)
+        self.port: int = self._socket.getsockname()[1]
+        config = uvicorn.Config(
+            app,
+            http="h11",
+            lifespan="auto",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_keep_alive=options.keep_alive_s,
+            timeout_graceful_shutdown=int(options.graceful_shutdown_s),
+            backlog=options.backlog,
+            limit_concurrency=options.limit_concurrency,
+            ssl_context_factory=self._ssl_context if self.tls is not None else None,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
+
+    @property
+    def url(self) -> str:
+        """Base URL on loopback (or the bound host when it is specific), e.g. https://127.0.0.1:8443."""
+        host = self.options.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "[::1]"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{self.port}"
+
+    @property
+    def started(self) -> bool:
+        return bool(self._server.started)
+
+    def _ssl_context(self, config: uvicorn.Config, default: Any) -> ssl.SSLContext:
+        assert self.tls is not None
+        return self.tls.context
+
+    async def serve(self) -> None:
+        """Serve until `stop()` or a signal; watches the certificate files meanwhile."""
+        watch = None
+        if self.tls is not None:
+            watch = asyncio.create_task(self.tls.watch(self.options.cert_reload_interval_s))
+        ready = asyncio.create_task(self._mark_ready())
+        try:
+            await self._server.serve(sockets=[self._socket])
+        finally:
+            self.readiness.set_serving(False)
+            for task in (watch, ready):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+            self._socket.close()
+
+    async def _mark_ready(self) -> None:
+        while not self._server.started:
+            if self._server.should_exit:
+                return
+            await asyncio.sleep(0.01)
+        self.readiness.set_serving(True)
+        log.info(
+            "serving",
+            extra={"fields": {"url": f"{self.scheme}://{self.options.host}:{self.port}"}},
+        )
+
+    def run(self) -> None:
+        """Serve in this thread until SIGINT/SIGTERM (uvicorn handles the signals in the main thread)."""
+        asyncio.run(self.serve())
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Serve in a daemon thread; return once it accepts connections (ServeError on failure)."""
+        self._thread = threading.Thread(target=self._run_in_thread, name="appserver", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if not self._thread.is_alive():
+                raise ServeError(f"server thread ended before serving: {self._thread_error!r}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServeError(f"server did not start within {timeout_s} s")
+            time.sleep(0.005)
+
+    def _run_in_thread(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # reported by start(); a thread has nowhere else to put it
+            self._thread_error = exc
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        """Ask the server to finish its requests and stop; wait for the thread when there is one."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                self._server.force_exit = True
+                self._thread.join(timeout_s)
+        else:
+            self._socket.close()
+
+    def __enter__(self) -> AppServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def _bind(host: str, port: int, backlog: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        sock = socket.create_server((host, port), family=family, backlog=backlog)
+    except OSError as exc:
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(app: ASGIApp, options: ServeOptions, readiness: probes.Readiness | None = None) -> None:
+    """Build an AppServer and run it in this thread until a signal stops it."""
+    AppServer(app, options, readiness).run()
