@@ -30,7 +30,9 @@ class Webhook:
 
 
 def start_webhook(tmp_path: Path, **overrides: object) -> tuple[server.AppServer, tls.CertDir]:
-    cfg = settings.build(overrides={"host": "127.0.0.1", "port": 0, "cert_dir": tmp_path / "certs", **overrides})
+    cfg = settings.build(
+        overrides={"host": "127.0.0.1", "port": 0, "cert_dir": tmp_path / "certs", **overrides}
+    )
     files = app.prepare_certs(cfg, datetime.now(UTC))
     readiness = probes.Readiness()
     options = server.ServeOptions(

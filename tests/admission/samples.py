@@ -71,7 +71,12 @@ WORKLOADS: dict[str, tuple[str, str, str, Callable[[Json], Json], str]] = {
         "",
         "v1",
         "podtemplates",
-        lambda spec: {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template(spec)},
+        lambda spec: {
+            "apiVersion": "v1",
+            "kind": "PodTemplate",
+            "metadata": {"name": "t"},
+            "template": template(spec),
+        },
         "template.spec",
     ),
     "ReplicationController": (
@@ -94,7 +99,12 @@ WORKLOADS: dict[str, tuple[str, str, str, Callable[[Json], Json], str]] = {
         "batch",
         "v1",
         "jobs",
-        lambda spec: {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"template": template(spec)}},
+        lambda spec: {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "j"},
+            "spec": {"template": template(spec)},
+        },
         "spec.template.spec",
     ),
     "CronJob": (
@@ -166,6 +176,7 @@ def workload(kind: str, spec: Json) -> Json:
 
 def review(
     obj: Json | None,
+    *,
     operation: str = "CREATE",
     kind: str | None = None,
     namespace: str = "ml",

@@ -6,6 +6,8 @@ import base64
 import json
 import logging
 import ssl
+from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import jsonpatch
@@ -13,7 +15,9 @@ import pytest
 
 from tests.admission import samples
 from tests.admission.conftest import Webhook, start_webhook
+from webhook.admission import app, settings
 from webhook.core import verdict
+from webhook.serving import tls
 
 GPU_MEM = {"aliyun.com/gpu-mem": "4"}
 HALF_GPU = {"nvidia.com/gpu": "0.5"}
@@ -23,7 +27,7 @@ def post(webhook: Webhook, path: str, body: object) -> httpx.Response:
     return webhook.client.post(path, json=body)
 
 
-def gpu_pod(limits: dict | None = None) -> dict:
+def gpu_pod(limits: dict[str, str] | None = None) -> dict[str, Any]:
     return samples.pod(samples.pod_spec(samples.container(limits=GPU_MEM if limits is None else limits)))
 
 
@@ -127,7 +131,7 @@ BIG = b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "pad": 
         "unknown-path",
     ],
 )
-def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(
+def test_bad_input_gets_a_json_error_and_the_server_keeps_serving(  # noqa: PLR0917 (pytest parameters)
     webhook, method, path, content, headers, status, error
 ):
     response = webhook.client.request(method, path, content=content, headers=headers)
@@ -143,7 +147,9 @@ def test_a_chunked_body_over_the_limit_is_refused_without_content_length(webhook
         for _ in range(4):
             yield b"x" * (1024 * 1024)
 
-    response = webhook.client.post("/validate", content=chunks(), headers={"content-type": "application/json"})
+    response = webhook.client.post(
+        "/validate", content=chunks(), headers={"content-type": "application/json"}
+    )
     assert response.status_code == 413
 
 
@@ -168,7 +174,7 @@ def test_one_log_line_per_review_with_identifiers_and_never_the_object(webhook, 
     post(webhook, "/mutate", samples.review(obj, uid="log-1"))
     records = [r for r in caplog.records if r.name == "webhook.admission"]
     assert len(records) == 1
-    fields = records[0].fields  # type: ignore[attr-defined]
+    fields = records[0].fields
     assert fields["uid"] == "log-1"
     assert (fields["kind"], fields["namespace"], fields["name"]) == ("Pod", "ml", "train-0")
     assert (fields["operation"], fields["verdict"], fields["endpoint"]) == ("CREATE", "patched", "mutate")
@@ -179,7 +185,9 @@ def test_one_log_line_per_review_with_identifiers_and_never_the_object(webhook, 
 def test_a_small_body_limit_from_settings_is_enforced(tmp_path):
     srv, cert_dir = start_webhook(tmp_path, max_body_bytes=2048)
     try:
-        with httpx.Client(verify=ssl.create_default_context(cafile=str(cert_dir.ca_cert)), timeout=10) as client:
+        with httpx.Client(
+            verify=ssl.create_default_context(cafile=str(cert_dir.ca_cert)), timeout=10
+        ) as client:
             body = samples.review(gpu_pod())
             body["request"]["object"]["metadata"]["annotations"] = {"pad": "x" * 4096}
             assert client.post(srv.url + "/validate", json=body).status_code == 413
@@ -195,8 +203,12 @@ def test_excluded_namespaces_and_scheduler_name_from_settings(tmp_path):
         policy=verdict.Policy(scheduler_name="gpushare-scheduler"),
     )
     try:
-        with httpx.Client(verify=ssl.create_default_context(cafile=str(cert_dir.ca_cert)), timeout=10) as client:
-            skipped = client.post(srv.url + "/mutate", json=samples.review(gpu_pod(HALF_GPU), namespace="kube-system"))
+        with httpx.Client(
+            verify=ssl.create_default_context(cafile=str(cert_dir.ca_cert)), timeout=10
+        ) as client:
+            skipped = client.post(
+                srv.url + "/mutate", json=samples.review(gpu_pod(HALF_GPU), namespace="kube-system")
+            )
             assert skipped.json()["response"]["allowed"] is True
             obj = gpu_pod()
             patch = client.post(srv.url + "/mutate", json=samples.review(obj)).json()["response"]["patch"]
@@ -204,3 +216,13 @@ def test_excluded_namespaces_and_scheduler_name_from_settings(tmp_path):
             assert patched["spec"]["schedulerName"] == "gpushare-scheduler"
     finally:
         srv.stop()
+
+
+def test_an_existing_certificate_is_kept_and_a_missing_dns_name_is_only_warned_about(tmp_path, caplog):
+    cert_dir = tls.write_cert_dir(tmp_path / "certs", datetime.now(UTC))
+    before = cert_dir.serving.cert.read_bytes()
+    cfg = settings.build(overrides={"cert_dir": cert_dir.path, "service_dns": ("x.ns.svc",)})
+    caplog.set_level(logging.WARNING, logger="webhook.admission")
+    assert app.prepare_certs(cfg, datetime.now(UTC)) == cert_dir.serving
+    assert cert_dir.serving.cert.read_bytes() == before
+    assert any("lacks some DNS names" in r.getMessage() for r in caplog.records)

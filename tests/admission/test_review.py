@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Mapping
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -18,16 +20,20 @@ GPU_MEM = {"aliyun.com/gpu-mem": "4"}
 HALF_GPU = {"nvidia.com/gpu": "0.5"}
 
 
-def decode_patch(response: dict) -> list[dict]:
+def decode_patch(response: Mapping[str, Any]) -> Any:
     return json.loads(base64.b64decode(response["patch"]))
 
 
-def gpu_pod(limits=None, **kwargs) -> dict:
-    return samples.pod(samples.pod_spec(samples.container(limits=GPU_MEM if limits is None else limits)), **kwargs)
+def gpu_pod(limits=None, **kwargs) -> dict[str, Any]:
+    return samples.pod(
+        samples.pod_spec(samples.container(limits=GPU_MEM if limits is None else limits)), **kwargs
+    )
 
 
 def test_envelope_is_admission_review_v1_with_the_uid_echoed():
-    body = samples.review(samples.pod(samples.pod_spec(samples.container(limits={"cpu": "1"}))), uid="abc-123")
+    body = samples.review(
+        samples.pod(samples.pod_spec(samples.container(limits={"cpu": "1"}))), uid="abc-123"
+    )
     result = review.review(body, "validate", POLICY)
     assert result.review == {
         "apiVersion": "admission.k8s.io/v1",
@@ -77,7 +83,12 @@ def test_a_fractional_gpu_is_denied_with_403_forbidden_and_the_core_message(endp
     assert response["uid"] == "u-1"
     assert response["allowed"] is False
     expected = verdict.evaluate(obj, POLICY.rules).message()
-    assert response["status"] == {"status": "Failure", "code": 403, "reason": "Forbidden", "message": expected}
+    assert response["status"] == {
+        "status": "Failure",
+        "code": 403,
+        "reason": "Forbidden",
+        "message": expected,
+    }
     assert "nvidia.com/gpu" in expected and "aliyun.com/gpu-mem" in expected
     assert result.outcome == "denied"
     assert result.violations == 1
@@ -103,8 +114,9 @@ def test_validate_denies_a_bad_template_in_every_workload_kind(kind):
     result = review.review(samples.review(obj), "validate", POLICY)
     response = result.review["response"]
     assert response["allowed"] is False
-    assert f"{samples.WORKLOADS[kind][4]}.containers[0].resources.limits[nvidia.com/gpu]" in (
-        response["status"]["message"]
+    assert (
+        f"{samples.WORKLOADS[kind][4]}.containers[0].resources.limits[nvidia.com/gpu]"
+        in (response["status"]["message"])
     )
 
 
@@ -127,7 +139,7 @@ def test_workloads_are_never_mutated(kind):
         ("mutate", "UPDATE", False),
         ("mutate", "DELETE", False),
     ],
-    ids=lambda v: str(v),
+    ids=str,
 )
 def test_operations(endpoint, operation, examined):
     obj = gpu_pod(limits=HALF_GPU)
@@ -145,7 +157,9 @@ def test_operations(endpoint, operation, examined):
 def test_excluded_namespaces_are_allowed_untouched():
     policy = review.Policy(rules=verdict.Policy(), excluded_namespaces=frozenset({"kube-system"}))
     for endpoint in ("mutate", "validate"):
-        result = review.review(samples.review(gpu_pod(limits=HALF_GPU), namespace="kube-system"), endpoint, policy)
+        result = review.review(
+            samples.review(gpu_pod(limits=HALF_GPU), namespace="kube-system"), endpoint, policy
+        )
         assert result.review["response"] == {"uid": result.request.uid, "allowed": True}
         assert result.outcome == "skipped"
 
@@ -169,7 +183,7 @@ def test_a_pod_of_another_api_group_is_not_mutated():
     assert review.review(body, "mutate", POLICY).outcome == "skipped"
 
 
-def good_body() -> dict:
+def good_body() -> dict[str, Any]:
     return samples.review(gpu_pod(), uid="u")
 
 
@@ -198,7 +212,11 @@ BAD = [
     ("namespace-number", mutate(lambda b: b["request"].update(namespace=3)), "namespace"),
     ("name-list", mutate(lambda b: b["request"].update(name=[])), "request.name"),
     ("no-object-on-create", mutate(lambda b: b["request"].update(object=None)), "request.object"),
-    ("object-string-on-update", mutate(lambda b: b["request"].update(operation="UPDATE", object="x")), "object"),
+    (
+        "object-string-on-update",
+        mutate(lambda b: b["request"].update(operation="UPDATE", object="x")),
+        "object",
+    ),
 ]
 
 

@@ -49,7 +49,9 @@ class ClientLoop:
         self.ok = 0
         self.failures: list[str] = []
         self.lock = threading.Lock()
-        self.threads = [threading.Thread(target=self.run, args=(i % 2 == 0,), daemon=True) for i in range(threads)]
+        self.threads = [
+            threading.Thread(target=self.run, args=(i % 2 == 0,), daemon=True) for i in range(threads)
+        ]
 
     def run(self, keep_alive: bool) -> None:
         client = httpx.Client(base_url=self.webhook.url, verify=self.webhook.ssl_context(), timeout=10)
@@ -57,7 +59,9 @@ class ClientLoop:
             while not self.stop.is_set():
                 if not keep_alive:
                     client.close()
-                    client = httpx.Client(base_url=self.webhook.url, verify=self.webhook.ssl_context(), timeout=10)
+                    client = httpx.Client(
+                        base_url=self.webhook.url, verify=self.webhook.ssl_context(), timeout=10
+                    )
                 try:
                     response = client.post("/mutate?timeout=10s", json=samples.review(GPU_POD))
                     good = response.status_code == 200 and response.json()["response"]["allowed"] is True

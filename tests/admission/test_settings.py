@@ -52,7 +52,12 @@ def test_every_config_key_is_read(tmp_path):
     s = settings.build(settings.load_config(write(tmp_path, FULL)))
     assert (s.host, s.port, s.cert_dir) == ("127.0.0.1", 9443, Path("/etc/webhook/certs"))
     assert s.service_dns == ("gpushare-webhook.gpushare.svc",)
-    assert (s.max_body_bytes, s.log_level, s.log_format, s.cert_reload_interval_s) == (2048, "debug", "text", 5.0)
+    assert (s.max_body_bytes, s.log_level, s.log_format, s.cert_reload_interval_s) == (
+        2048,
+        "debug",
+        "text",
+        5.0,
+    )
     assert s.policy == verdict.Policy(
         names=resources.GpuResourceNames(
             whole_device=frozenset({"nvidia.com/gpu", "example.com/tpu"}),

@@ -45,6 +45,8 @@ CALLS: dict[str, set[Grant]] = {
     "create_namespaced_lease": {("coordination.k8s.io", "leases", "create")},
     "replace_namespaced_lease": {("coordination.k8s.io", "leases", "update")},
     "patch_namespaced_lease": {("coordination.k8s.io", "leases", "patch")},
+    # webhook.kube.leader: GET the Lease, POST it when missing, PUT to renew or take over.
+    "LeaderElector": {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")},
 }
 CALL_RE = re.compile(r"\.(" + "|".join(CALLS) + r")\b")
 API_LIKE_RE = re.compile(r"\.((?:list|read|create|patch|replace|delete)_(?:namespaced_)?[a-z_]+)\(")

@@ -21,7 +21,7 @@ from webhook.core import resources
         ("example.com/fpga", False, False),
         ("nvidia.com/gpu-extra", False, False),
     ],
-    ids=lambda v: str(v),
+    ids=str,
 )
 def test_default_names_classify_gpu_resources(name: str, whole: bool, gpu: bool) -> None:
     names = resources.GpuResourceNames()

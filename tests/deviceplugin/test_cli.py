@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import socket
 import subprocess
@@ -43,6 +44,9 @@ def test_bad_settings_exit_2_with_the_reason(monkeypatch, capsys, argv, env, nee
 
 def test_unusable_inventory_exits_1(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("NODE_NAME", "n")
+    # run() configures the root logger on this test's captured stderr: put it back afterwards.
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
     assert serve_device_plugin.main(["--fake-gpus", "0:zero", "--device-plugin-dir", str(tmp_path)]) == 1
     assert "--fake-gpus" in capsys.readouterr().err
 

@@ -16,9 +16,7 @@ from webhook.core import annotations as ann
 from webhook.core import resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
-from webhook.extender import kubeapi
-from webhook.extender.binder import Binder
-from webhook.extender.cache import Cache
+from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
 from webhook.kube import rest, watch
@@ -38,25 +36,25 @@ def cluster(apiserver, tmp_path):
         health_file=tmp_path / "unhealthy",
     )
     plugin = app.Plugin(settings).start()
-    cache = Cache("GiB")
-    binder = Binder(cache, kubeapi.KubeBindingApi(apiserver.api), ExtenderSettings())
-    feeds = kubeapi.watchers(cache, apiserver.api)
+    extender = Extender(ExtenderSettings(host="127.0.0.1", port=0), apiserver.api)
+    binder = extender.binder
     # The kubelet admits pods in the order its watch of the node shows them: record that order.
     arrivals: list[str] = []
     seen_lock = threading.Lock()
 
     def on_pod(event):
-        if event.type == watch.ADDED and event.object is not None:
-            with seen_lock:
-                arrivals.append(event.object["metadata"]["name"])
+        with seen_lock:
+            for obj in event.objects if event.type == watch.RESYNC else [event.object]:
+                if event.type in (watch.ADDED, watch.RESYNC) and obj["metadata"]["name"] not in arrivals:
+                    arrivals.append(obj["metadata"]["name"])
 
     kubelet_watch = watch.Watcher(
         apiserver.new_client(), rest.path("pods"), on_pod, field_selector="spec.nodeName=node-1"
     )
     try:
-        for feed in feeds:
-            feed.start()
+        extender.start()
         kubelet_watch.start()
+        assert kubelet_watch.wait_synced(10)
         kubelet.wait(lambda k: len(k.devices) == 64)
         apiserver.wait_for(
             lambda: (
@@ -64,13 +62,12 @@ def cluster(apiserver, tmp_path):
                 in apiserver.get("nodes", "node-1")["metadata"]["annotations"]
             )
         )
-        apiserver.wait_for(lambda: cache.nodes_synced.is_set() and cache.pods_synced.is_set())
+        assert extender.wait_synced()
         yield apiserver, plugin, kubelet, binder, arrivals, tmp_path
     finally:
         kubelet_watch.stop()
         kubelet_watch.api.close()
-        for feed in feeds:
-            feed.stop()
+        extender.stop()
         plugin.stop()
         kubelet.stop()
 

@@ -26,7 +26,7 @@ def test_registration_dials_back_and_streams_the_full_device_list(make_plugin, k
         0,
         1,
     ]
-    assert plugin.server.registered.is_set()
+    assert plugin.server.registered.wait(5)
 
 
 def test_health_change_streams_the_full_list_again_and_recovers(make_plugin, kubelet):

@@ -8,7 +8,7 @@ from typing import Any
 
 from webhook.core import annotations as ann
 from webhook.core import resources
-from webhook.extender.binder import ApiFailure
+from webhook.kube import errors
 
 
 def node(name: str, *sizes: int, unhealthy: tuple[int, ...] = ()) -> dict[str, Any]:
@@ -55,6 +55,13 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
+def api_error(status: int, message: str) -> errors.ApiError:
+    """What webhook.kube raises for an HTTP `status` (0: no answer) with a Status carrying `message`."""
+    if status == errors.TRANSPORT:
+        return errors.ApiError(errors.TRANSPORT, "ConnectionError", message)
+    return errors.from_status(status, {"message": message})
+
+
 class FakeApi:
     """A BindingApi in memory: pods by key; `failures` pops one (status, message) per bind call."""
 
@@ -73,19 +80,19 @@ class FakeApi:
             key = f"{namespace}/{name}"
             failure = self.failures.pop(0) if self.failures else None
             if failure is not None and not self.apply_failed_bind:
-                raise ApiFailure(*failure)
+                raise api_error(*failure)
             pod = self.pods.get(key)
             if pod is None:
-                raise ApiFailure(404, f'pods "{name}" not found')
+                raise api_error(404, f'pods "{name}" not found')
             if uid and pod["metadata"]["uid"] != uid:
-                raise ApiFailure(409, "Precondition failed: UID in precondition")
+                raise api_error(409, "Precondition failed: UID in precondition")
             if pod["spec"].get("nodeName"):
-                raise ApiFailure(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
+                raise api_error(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']!r}")
             pod["spec"]["nodeName"] = node
             pod["metadata"].setdefault("annotations", {}).update(annotations)
             self.bound.append((key, node, dict(annotations)))
             if failure is not None:
-                raise ApiFailure(*failure)
+                raise api_error(*failure)
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.pods.get(f"{namespace}/{name}")

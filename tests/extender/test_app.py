@@ -10,6 +10,7 @@ import pytest
 
 from tests.extender.factory import FakeApi, node, pod
 from webhook.extender import app as app_mod
+from webhook.extender import scheduling
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.service import tcp_nodelay
@@ -65,6 +66,13 @@ def test_filter_with_node_names_says_why_each_node_failed(harness):
         "FailedAndUnresolvableNodes": {"sick": "all 1 GPUs of the node are unhealthy"},
         "Error": "",
     }
+
+
+def test_replies_are_ascii_json_that_decodes_to_the_same_text(harness):
+    r = harness.post("filter", scheduler_args(pod("a", 5), ["n1", "nöde-ü"]))
+    assert r.content.isascii()
+    assert r.headers["content-type"] == "application/json"
+    assert r.json()["FailedNodes"] == {"nöde-ü": scheduling.UNKNOWN_NODE}
 
 
 def test_filter_with_full_node_objects_returns_node_objects(harness):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tests.extender.factory import node, pod
 from webhook.core import annotations as ann
+from webhook.core import demand
 from webhook.extender.cache import ADDED, ASSUME_TTL_NS, DELETED, MODIFIED, Cache
 
 
@@ -98,6 +99,20 @@ def test_assumption_is_dropped_when_the_pod_is_deleted_or_expires():
     assert used(cache, "n1") == [0]
 
 
+def test_only_expired_assumptions_are_dropped_and_a_renewed_one_is_kept():
+    cache = fed(node("n1", 16), pod("a", 4), pod("b", 2), pod("c", 1))
+    alloc = ann.Allocation({0: {0: 1}})
+    cache.assume("default/a", "uid-a", "n1", alloc, now_ns=1)
+    cache.assume("default/b", "uid-b", "n1", alloc, now_ns=5)
+    cache.assume("default/c", "uid-c", "n1", alloc, now_ns=10)
+    cache.assume("default/a", "uid-a", "n1", alloc, now_ns=20)  # assumed again: now the youngest
+    assert cache.expire_assumptions(now_ns=6 + ASSUME_TTL_NS) == 1
+    assert cache.assumed() == {"default/c": "n1", "default/a": "n1"}
+    assert used(cache, "n1") == [2]
+    assert cache.expire_assumptions(now_ns=21 + ASSUME_TTL_NS) == 2
+    assert used(cache, "n1") == [0]
+
+
 def test_unreadable_placement_is_reported_on_the_node():
     broken = pod("a", 4, node_name="n1")
     broken["metadata"]["annotations"] = {"scheduler.framework.gpushare.allocation": "{"}
@@ -112,3 +127,27 @@ def test_node_deleted_keeps_no_gpus():
     cache.node_event(DELETED, node("n1", 8))
     assert cache.view("n1") is None
     assert cache.ledger("n1") is None
+
+
+def test_a_status_update_reuses_the_demand_and_a_label_change_or_new_uid_rereads_it(monkeypatch):
+    cache = fed(node("n1", 16))
+    reads = []
+    real = demand.pod_demand
+
+    def counting(p, names):
+        reads.append(p)
+        return real(p, names)
+
+    monkeypatch.setattr(demand, "pod_demand", counting)
+    cache.pod_event(ADDED, pod("a", 8))
+    running = pod("a", 8, phase="Running")
+    cache.pod_event(MODIFIED, running)
+    assert len(reads) == 1
+    cache.pod_event(MODIFIED, pod("a", 8, gpu_count=2))
+    record = cache.pod("default/a")
+    assert record is not None and record.demand is not None
+    assert (len(reads), record.demand.gpu_count) == (2, 2)
+    cache.pod_event(MODIFIED, pod("a", 6, uid="another", gpu_count=2))
+    record = cache.pod("default/a")
+    assert record is not None and record.demand is not None
+    assert (len(reads), record.demand.containers) == (3, (6,))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ import pytest
 from tests.extender.factory import node, pod
 from tests.standins.apiserver import ApiServer
 from webhook.core import resources
+from webhook.extender import service
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings, LeaderSettings
 
@@ -121,13 +123,21 @@ def test_watch_dropped_and_resumed_sees_later_changes(cluster, extender):
     cluster.wait_for(lambda: used(extender, "n2") == [4], what="late pod counted")
 
 
-def test_expired_watch_relists(cluster, extender):
-    relists = extender.watchers[1].relists
-    cluster.compact()
+def test_expired_watch_relists_and_forgets_pods_deleted_in_the_gap(cluster, extender):
+    pods_watch = extender.watchers[1]
+    lists = pods_watch.stats.lists
+    cluster.wait_for(lambda: cluster.open_watches == 2, what="both watches open")
+    cluster.latency = 0.2  # keep the watches away while history changes and is compacted
     cluster.drop_watches()
+    cluster.remove("pods", "running", "default")
     cluster.put(pod("after", 2, node_name="n2", placed={0: {0: 2}}, phase="Running"))
-    cluster.wait_for(lambda: used(extender, "n2") == [2], what="pod after compaction counted")
-    assert extender.watchers[1].relists >= relists
+    cluster.compact()
+    cluster.latency = 0.0
+    cluster.wait_for(
+        lambda: used(extender, "n2") == [2] and used(extender, "n1") == [0, 0], what="re-listed state"
+    )
+    assert pods_watch.stats.expired >= 1
+    assert pods_watch.stats.lists > lists
 
 
 def test_node_gpu_count_change_is_seen_without_restart(cluster, extender):
@@ -215,7 +225,7 @@ def test_only_the_leader_binds(cluster):
         )
         try:
             cluster.put(pod("a", 4))
-            cluster.wait_for(lambda: second.elector.holder() == "a")  # type: ignore[union-attr]
+            cluster.wait_for(lambda: second.elector.holder == "a")  # type: ignore[union-attr]
             with httpx.Client(base_url=second.url, timeout=5) as client:
                 assert "not the leader (leader: a)" in bind(client, "a", "n2")
             with httpx.Client(base_url=first.url, timeout=5) as client:
@@ -226,3 +236,34 @@ def test_only_the_leader_binds(cluster):
             second.stop()
     finally:
         first.stop()
+
+
+def test_gc_is_frozen_once_the_first_lists_are_in_and_not_before(cluster):
+    ext = service.Extender(ExtenderSettings(host="127.0.0.1", port=0), cluster.new_client())
+    stop = threading.Event()
+    freezer = threading.Thread(target=service.freeze_when_synced, args=(ext, stop))
+    try:
+        freezer.start()
+        freezer.join(0.6)
+        assert freezer.is_alive()  # feeds not started: nothing synced, nothing frozen yet
+        ext.start_feeds()
+        freezer.join(10)
+        assert not freezer.is_alive()
+        assert gc.get_freeze_count() > 0
+    finally:
+        stop.set()
+        freezer.join(5)
+        ext.stop_feeds()
+        ext.server.stop()
+        gc.unfreeze()
+
+
+def test_freezer_gives_up_when_stopped_before_the_sync(cluster):
+    ext = service.Extender(ExtenderSettings(host="127.0.0.1", port=0), cluster.new_client())
+    stop = threading.Event()
+    stop.set()
+    try:
+        service.freeze_when_synced(ext, stop)  # returns at once
+        assert gc.get_freeze_count() == 0
+    finally:
+        ext.server.stop()

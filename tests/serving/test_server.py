@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
+from tests.serving import handshakes
 from webhook.serving import metrics, probes, server, tls
 
 
@@ -91,7 +92,9 @@ def test_https_serves_with_the_generated_certificate(cert_dir):
             assert client.get(f"https://localhost:{srv.port}/readyz").status_code == 200
 
 
-@pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"])
+@pytest.mark.parametrize(
+    "version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"]
+)
 def test_tls_1_2_and_1_3_are_accepted(cert_dir, version):
     readiness, registry = probes.Readiness(), CollectorRegistry()
     with server.AppServer(make_app(readiness, registry), options(cert_dir.serving), readiness) as srv:
@@ -100,7 +103,10 @@ def test_tls_1_2_and_1_3_are_accepted(cert_dir, version):
             socket.create_connection(("127.0.0.1", srv.port), timeout=5) as raw,
             ctx.wrap_socket(raw, server_hostname="localhost") as conn,
         ):
-            assert conn.version() == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+            assert (
+                conn.version()
+                == {ssl.TLSVersion.TLSv1_2: "TLSv1.2", ssl.TLSVersion.TLSv1_3: "TLSv1.3"}[version]
+            )
             assert conn.selected_alpn_protocol() in (None, "http/1.1")
 
 
@@ -113,21 +119,6 @@ def old_tls_client(cert_dir: tls.CertDir, version: ssl.TLSVersion) -> ssl.SSLCon
     return ctx
 
 
-def memory_handshake(client_ctx: ssl.SSLContext, server_ctx: ssl.SSLContext) -> str | None:
-    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
-    srv = server_ctx.wrap_bio(s_in, s_out, server_side=True)
-    for _ in range(10):
-        for side in (client, srv):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        s_in.write(c_out.read())
-        c_in.write(s_out.read())
-    return client.version()
-
-
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1], ids=["tls1.0", "tls1.1"])
 def test_tls_below_1_2_is_refused(cert_dir, version):
     # Control: this client really speaks the old version with a server that allows it.
@@ -138,7 +129,7 @@ def test_tls_below_1_2_is_refused(cert_dir, version):
     permissive.set_ciphers("DEFAULT:@SECLEVEL=0")
     permissive.load_cert_chain(cert_dir.serving.cert, cert_dir.serving.key)
     expected = {ssl.TLSVersion.TLSv1: "TLSv1", ssl.TLSVersion.TLSv1_1: "TLSv1.1"}[version]
-    assert memory_handshake(old_tls_client(cert_dir, version), permissive) == expected
+    assert handshakes.memory_handshake(old_tls_client(cert_dir, version), permissive)[0] == expected
 
     readiness, registry = probes.Readiness(), CollectorRegistry()
     with server.AppServer(make_app(readiness, registry), options(cert_dir.serving), readiness) as srv:
@@ -155,7 +146,9 @@ def test_a_port_in_use_is_a_serve_error_naming_the_address():
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
         with pytest.raises(server.ServeError, match=f"127.0.0.1:{port}"):
-            server.AppServer(make_app(probes.Readiness(), CollectorRegistry()), server.ServeOptions("127.0.0.1", port))
+            server.AppServer(
+                make_app(probes.Readiness(), CollectorRegistry()), server.ServeOptions("127.0.0.1", port)
+            )
 
 
 def test_missing_certificates_fail_before_binding(tmp_path):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving import handshakes
 from webhook.core import certificates
 from webhook.serving import tls
 
@@ -22,27 +23,10 @@ def cert_dir(tmp_path: Path) -> tls.CertDir:
 
 
 def served_cert(reloading: tls.ReloadingContext, ca_cert: Path) -> bytes:
-    """Run one in-memory handshake against the context and return the certificate the server sent."""
-    client_ctx = ssl.create_default_context(cafile=str(ca_cert))
-    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
-    client = client_ctx.wrap_bio(c_in, c_out, server_hostname="localhost")
-    server = reloading.context.wrap_bio(s_in, s_out, server_side=True)
-    for _ in range(10):
-        for side in (client, server):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
-        s_in.write(c_out.read())
-        c_in.write(s_out.read())
-        try:
-            client.do_handshake()
-            break
-        except ssl.SSLWantReadError:
-            continue
-    der = client.getpeercert(binary_form=True)
-    assert der is not None
-    return ssl.DER_cert_to_PEM_cert(der).encode()
+    """The certificate a new handshake against the context is given."""
+    _, pem = handshakes.memory_handshake(ssl.create_default_context(cafile=str(ca_cert)), reloading.context)
+    assert pem is not None
+    return pem
 
 
 def same_cert(a: bytes, b: bytes) -> bool:

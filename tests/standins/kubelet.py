@@ -120,6 +120,8 @@ class Kubelet:
                     self.devices = {d.ID: d.health for d in message.devices}
                     self.messages += 1
                     self._lock.notify_all()
+        except ValueError:  # the channel was closed under us: a restart or stop
+            return
         except grpc.RpcError as err:
             if err.code() != grpc.StatusCode.CANCELLED:
                 with self._lock:

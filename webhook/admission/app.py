@@ -33,7 +33,7 @@ JSON_TYPES = ("application/json",)
 
 
 class BodyTooLarge(Exception):
-    pass
+    """The request body passed the configured limit (answered 413)."""
 
 
 def create_app(

@@ -1,6 +1,6 @@
 """AdmissionReview v1 request dict -> response dict (contracts §1), deciding with `webhook.core.verdict`.
 
-Pure apart from nothing: no I/O, no clock. `ReviewError` means the request itself is malformed (HTTP 400);
+Pure: no I/O, no clock. `ReviewError` means the request itself is malformed (HTTP 400);
 a rule failure is an ordinary denial inside a 200 response.
 """
 

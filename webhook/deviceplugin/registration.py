@@ -115,6 +115,10 @@ class PluginServer:
             if not self.registered.is_set():
                 current = _identity(self.kubelet_socket)
                 if current is not None:
+                    # A starting kubelet deletes every socket before it creates kubelet.sock: once that
+                    # exists, serve again if ours is gone, or the kubelet could never dial back.
+                    if _identity(self.socket) != self._served:
+                        self._serve()
                     try:
                         self._register()
                     except grpc.RpcError as err:
@@ -127,15 +131,14 @@ class PluginServer:
                     self.registered.set()
                     log.info("registered %s with the kubelet", self.settings.resource_name)
             elif self._kubelet_restarted(kubelet):
-                log.info("the kubelet restarted: serving again and re-registering")
+                log.info("the kubelet restarted: re-registering once kubelet.sock is back")
                 self.registered.clear()
-                self._serve()
                 continue
             self._stop.wait(self.settings.poll_s)
 
     def _kubelet_restarted(self, kubelet: tuple[int, int] | None) -> bool:
-        mine = _identity(self.socket)
-        return mine is None or mine != self._served or _identity(self.kubelet_socket) != kubelet
+        now = _identity(self.kubelet_socket)
+        return _identity(self.socket) != self._served or (now is not None and now != kubelet)
 
 
 def _describe(err: grpc.RpcError) -> str:

@@ -19,27 +19,37 @@ from webhook.core import annotations as ann
 from webhook.extender import cache as cache_mod
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
+from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)
 
 
-class ApiFailure(Exception):
-    """An API call that failed; `status` is the HTTP code (0 when no answer came back)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 class BindingApi(Protocol):
-    """The two API calls the binder makes; `kubeapi.KubeBindingApi` is the real one."""
+    """The two API calls the binder makes, raising `webhook.kube.errors.ApiError`; `KubeBindingApi` is
+    the real one."""
 
     def bind(
         self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
     ) -> None: ...
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+
+class KubeBindingApi:
+    """BindingApi over `webhook.kube.pods`; `api` is the ApiClient from `webhook.kube.client.connect`
+    (Any: this shell never names the client library's types)."""
+
+    def __init__(self, api: Any) -> None:
+        self.api = api
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        pods.bind_pod(self.api, namespace, name, uid, node, annotations)
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        try:
+            return pods.get_pod(self.api, namespace, name)
+        except errors.NotFoundError:
+            return None
 
 
 class Binder:
@@ -70,7 +80,7 @@ class Binder:
         """Bind the pod; "" on success, else the reason (kube-scheduler puts it in the pod's events)."""
         try:
             return self._bind(args)
-        except ApiFailure as err:
+        except errors.ApiError as err:
             return f"binding pod {args.key} to {args.node}: {err.message}"
 
     def _bind(self, args: BindingArgs) -> str:
@@ -128,9 +138,9 @@ class Binder:
             try:
                 self.api.bind(args.pod_namespace, args.pod_name, uid, args.node, wanted)
                 return ""
-            except ApiFailure as err:
+            except errors.ApiError as err:
                 last = f"binding pod {args.key} to {args.node}: {err.message}"
-                if err.status not in (0, 409) and err.status < 500:
+                if not (err.retryable or isinstance(err, errors.ConflictError)):
                     return last
             verdict = self._check_after_failure(args, uid, wanted)
             if verdict is not None:
@@ -144,7 +154,7 @@ class Binder:
         """None: retry. "": the Binding did succeed (its reply was lost). Else why it never will."""
         try:
             pod = self.api.get_pod(args.pod_namespace, args.pod_name)
-        except ApiFailure:
+        except errors.ApiError:
             return None
         if pod is None:
             return f"pod {args.key} was deleted"

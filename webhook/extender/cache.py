@@ -32,6 +32,7 @@ class PodRecord:
     policy: str = ""
     share: accounting.PodShare | None = None
     problem: str = ""
+    count_label: object = None  # the gpu-count label as last read: the only input of `demand` that may change
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,31 +53,43 @@ class NodeView:
     problems: tuple[str, ...]
 
 
-def record_of(pod: Mapping[str, Any], names: resources.GpuResourceNames) -> PodRecord | None:
-    """The cache's record of a pod; None for pods that neither ask for GPU memory nor hold any."""
+def record_of(
+    pod: Mapping[str, Any], names: resources.GpuResourceNames, previous: PodRecord | None = None
+) -> PodRecord | None:
+    """The cache's record of a pod; None for pods that neither ask for GPU memory nor hold any.
+
+    `previous` (the record of the same key) lends its demand when the pod is the same (UID) with the same
+    gpu-count label: container resources of a pod never change, and most events are status updates."""
     meta = pod.get("metadata") or {}
     key = accounting.pod_key(pod)
+    uid = str(meta.get("uid") or "")
+    labels = meta.get("labels")
+    count_label = labels.get(names.count) if isinstance(labels, Mapping) else labels
     problem = ""
     try:
         share = accounting.share_of(pod)
     except ann.AnnotationError as err:
         share, problem = None, str(err)
-    try:
-        asked: demand.GpuMemoryDemand | None = demand.pod_demand(pod, names)
-        demand_error = ""
-    except demand.DemandError as err:
-        asked, demand_error = None, str(err)
+    asked: demand.GpuMemoryDemand | None
+    if previous is not None and previous.uid == uid and uid and previous.count_label == count_label:
+        asked, demand_error = previous.demand, previous.demand_error
+    else:
+        try:
+            asked, demand_error = demand.pod_demand(pod, names), ""
+        except demand.DemandError as err:
+            asked, demand_error = None, str(err)
     if share is None and not problem and not demand_error and (asked is None or not asked.asks()):
         return None
     return PodRecord(
         key=key,
-        uid=str(meta.get("uid") or ""),
+        uid=uid,
         node=accounting.node_name_of(pod),
         demand=asked,
         demand_error=demand_error,
         policy=str((meta.get("annotations") or {}).get(resources.PLACEMENT_POLICY_ANNOTATION, "")),
         share=share,
         problem=problem,
+        count_label=count_label,
     )
 
 
@@ -95,6 +108,10 @@ class Cache:
         self._nodes: set[str] = set()
         self._pods: dict[str, PodRecord] = {}
         self._assumed: dict[str, _Assumption] = {}
+        # Free memory of each known node's largest healthy GPU (-1: none healthy), refreshed on read for
+        # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
+        self._largest: dict[str, int] = {}
+        self._dirty: set[str] = set()
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
 
@@ -104,6 +121,8 @@ class Cache:
             yield self
 
     def _ledger(self, node: str) -> accounting.Ledger:
+        """The node's ledger, for a change: marks the node's free-memory summary stale."""
+        self._dirty.add(node)
         ledger = self._ledgers.get(node)
         if ledger is None:
             ledger = self._ledgers[node] = accounting.Ledger(node, ann.NodeDevices(self.unit, ()))
@@ -116,6 +135,7 @@ class Cache:
         with self._lock:
             if kind == DELETED:
                 self._nodes.discard(name)
+                self._dirty.add(name)
                 ledger = self._ledgers.get(name)
                 if ledger is not None:
                     ledger.set_devices(ann.NodeDevices(self.unit, ()), "node was deleted")
@@ -134,6 +154,7 @@ class Cache:
                 self.node_event(ADDED, node)
             for gone in self._nodes - seen:
                 self.node_event(DELETED, {"metadata": {"name": gone}})
+            self.largest_free()  # settle the summaries now, not in the first filter after a (re)list
         self.nodes_synced.set()
 
     def knows_node(self, name: str) -> bool:
@@ -157,7 +178,7 @@ class Cache:
             if kind == DELETED:
                 self._set_record(key, None)
                 return
-            self._set_record(key, record_of(pod, self.names))
+            self._set_record(key, record_of(pod, self.names, self._pods.get(key)))
 
     def pods_resync(self, pods: Iterable[Mapping[str, Any]]) -> None:
         with self._lock:
@@ -167,6 +188,7 @@ class Cache:
                 self.pod_event(MODIFIED, pod)
             for gone in set(self._pods) - seen:
                 self._set_record(gone, None)
+            self.largest_free()
         self.pods_synced.set()
 
     def _set_record(self, key: str, record: PodRecord | None) -> None:
@@ -212,8 +234,14 @@ class Cache:
             self._ledger(record.node).place(record.share)
 
     def expire_assumptions(self, now_ns: int) -> int:
+        """Drop assumptions older than ASSUME_TTL_NS. `_assumed` is in the order they were made (assume
+        re-inserts), so only the expired head is walked: the binder calls this on every bind."""
         with self._lock:
-            old = [k for k, a in self._assumed.items() if now_ns - a.since_ns > ASSUME_TTL_NS]
+            old = []
+            for key, assumption in self._assumed.items():
+                if now_ns - assumption.since_ns <= ASSUME_TTL_NS:
+                    break
+                old.append(key)
             for key in old:
                 self._drop_assumption(key)
             return len(old)
@@ -227,6 +255,20 @@ class Cache:
     def ledger(self, node: str) -> accounting.Ledger | None:
         """The node's ledger, or None when the node is unknown. Hold `locked()` while reading it."""
         return self._ledgers.get(node) if node in self._nodes else None
+
+    def largest_free(self) -> Mapping[str, int]:
+        """Per known node, the free memory of its largest healthy GPU; -1 when it has no healthy GPU.
+        Hold `locked()` while using it."""
+        if self._dirty:
+            for name in self._dirty:
+                ledger = self._ledgers.get(name)
+                if ledger is None or name not in self._nodes:
+                    self._largest.pop(name, None)
+                    continue
+                free = ledger.free_desc()
+                self._largest[name] = free[0] if free else -1
+            self._dirty.clear()
+        return self._largest
 
     def node_names(self) -> list[str]:
         with self._lock:

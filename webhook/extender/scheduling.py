@@ -11,6 +11,7 @@ from webhook.extender import wire
 from webhook.extender.cache import Cache
 
 UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
+PASS, FAIL, UNRESOLVABLE = "pass", "fail", "unresolvable"
 
 
 def filter_nodes(
@@ -23,43 +24,63 @@ def filter_nodes(
     if not asked.asks():
         return wire.filter_result(args, list(args.node_names))
     policy = allocator.policy_of((args.pod.get("metadata") or {}).get("annotations"), default_policy)
-    simple = asked.gpu_count == 1
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    # The common pod (one GPU, fits whole) is judged by the node's largest free GPU alone: with 5,000
-    # nodes per call this loop is the whole cost of filter, so it avoids calls and attribute lookups.
     need = asked.effective
-    whole_only = simple and sum(1 for u in asked.containers if u) <= 1
-    ledger_of = cache.ledger
+    # The common pod (one GPU, at most one gpu-mem container) is judged by each node's largest free GPU,
+    # kept per node by the cache: with 5,000 nodes per call this loop is the whole cost of filter.
+    whole_only = asked.gpu_count == 1 and sum(1 for u in asked.containers if u) <= 1
     with cache.locked():
-        for name in args.node_names:
-            ledger = ledger_of(name)
-            if ledger is None:
+        largest = cache.largest_free()
+        if whole_only:
+            get = largest.get
+            passed = [name for name in args.node_names if get(name, -1) >= need]
+            if len(passed) == len(args.node_names):
+                return wire.filter_result(args, passed)
+            rest = [name for name in args.node_names if get(name, -1) < need]
+        else:
+            rest = list(args.node_names)
+        messages: dict[int, str] = {}  # one string per distinct largest-free value, not one per node
+        for name in rest:
+            top = largest.get(name)
+            if top is None:
                 failed[name] = UNKNOWN_NODE
-                continue
-            free_desc = ledger.free_desc()
-            if whole_only and free_desc:
-                if free_desc[0] >= need:
-                    passed.append(name)
-                else:
-                    failed[name] = allocator.too_small(free_desc[0], need, ledger.unit)
-                continue
-            quick = allocator.quick_fit(asked, free_desc)
-            if quick:
-                passed.append(name)
-            elif quick is False and simple and free_desc:
-                failed[name] = allocator.too_small(free_desc[0], asked.effective, ledger.unit)
+            elif whole_only and top >= 0:
+                message = messages.get(top)
+                if message is None:
+                    message = messages[top] = allocator.too_small(top, need, cache.unit)
+                failed[name] = message
             else:
-                result = allocator.fit(asked, ledger.gpus(), policy, ledger.unit)
-                if isinstance(result, allocator.Fit):
+                verdict, reason = _judge(cache, name, asked, policy)
+                if verdict is PASS:
                     passed.append(name)
-                elif not free_desc:
-                    # No healthy GPU at all: preempting pods cannot help on this node.
-                    unresolvable[name] = ledger.device_problem or result.reason
                 else:
-                    failed[name] = result.reason
+                    (failed if verdict is FAIL else unresolvable)[name] = reason
     return wire.filter_result(args, passed, failed, unresolvable)
+
+
+def _judge(
+    cache: Cache, name: str, asked: demand.GpuMemoryDemand, policy: allocator.Policy
+) -> tuple[str, str]:
+    """One node the quick test could not settle (multi-container or multi-GPU pods, no healthy GPU):
+    (PASS, ""), (FAIL, why) or (UNRESOLVABLE, why)."""
+    ledger = cache.ledger(name)
+    if ledger is None:
+        return FAIL, UNKNOWN_NODE
+    free_desc = ledger.free_desc()
+    quick = allocator.quick_fit(asked, free_desc)
+    if quick:
+        return PASS, ""
+    if quick is False and asked.gpu_count == 1 and free_desc:
+        return FAIL, allocator.too_small(free_desc[0], asked.effective, ledger.unit)
+    result = allocator.fit(asked, ledger.gpus(), policy, ledger.unit)
+    if isinstance(result, allocator.Fit):
+        return PASS, ""
+    if not free_desc:
+        # No healthy GPU at all: preempting pods cannot help on this node.
+        return UNRESOLVABLE, ledger.device_problem or result.reason
+    return FAIL, result.reason
 
 
 def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy) -> dict[str, int]:

@@ -6,33 +6,43 @@ background threads (tests, bench). Readiness waits for the first list of nodes a
 
 from __future__ import annotations
 
-import dataclasses
+import gc
 import socket
+import threading
 from pathlib import Path
-
-import kubernetes.client
+from typing import Any
 
 from webhook.extender import app as app_mod
-from webhook.extender import kubeapi, leader
-from webhook.extender.binder import Binder
+from webhook.extender.binder import Binder, KubeBindingApi
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.kube import client as kube_client
+from webhook.kube import leader, rest, watch
 from webhook.serving import tls
 from webhook.serving.server import AppServer, ServeOptions
 
+# Young-generation threshold: the default (700) runs a collection every few requests at 5,000 names
+# each; the cache's objects are long-lived, so collecting them young is wasted work.
+GC_GEN0_THRESHOLD = 50_000
+
 
 class Extender:
-    def __init__(self, settings: ExtenderSettings, api: kubernetes.client.ApiClient) -> None:
+    """`api`: the ApiClient from `webhook.kube.client.connect` (opaque here; the shell never names the
+    client library)."""
+
+    def __init__(self, settings: ExtenderSettings, api: Any) -> None:
         self.settings = settings
         self.cache = Cache(settings.memory_unit, settings.names)
-        self.binder = Binder(self.cache, kubeapi.KubeBindingApi(api), settings)
-        self.watchers = kubeapi.watchers(self.cache, api)
-        self.elector: leader.LeaseElector | None = None
+        self.binder = Binder(self.cache, KubeBindingApi(api), settings)
+        self.watchers = [
+            watch.Watcher(api, rest.path("nodes"), self._on_node, name="nodes"),
+            watch.Watcher(api, rest.path("pods"), self._on_pod, name="pods"),
+        ]
+        self.elector: leader.LeaderElector | None = None
         leadership = app_mod.Leadership()
         if settings.leader.enabled:
-            self.elector = leader.LeaseElector(api, settings.leader)
-            leadership = app_mod.Leadership(self.elector.is_leader, self.elector.holder)
+            elector = self.elector = leader.LeaderElector(api, _leader_settings(settings))
+            leadership = app_mod.Leadership(elector.is_leader, lambda: elector.holder)
         self.app = app_mod.ExtenderApp(self.cache, self.binder, settings, leadership)
         serving_tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
@@ -43,6 +53,18 @@ class Extender:
             self.app.readiness,
         )
         tcp_nodelay(self.server)
+
+    def _on_node(self, event: watch.WatchEvent) -> None:
+        if event.type == watch.RESYNC:
+            self.cache.nodes_resync(event.objects)
+        elif event.object is not None:
+            self.cache.node_event(event.type, event.object)
+
+    def _on_pod(self, event: watch.WatchEvent) -> None:
+        if event.type == watch.RESYNC:
+            self.cache.pods_resync(event.objects)
+        elif event.object is not None:
+            self.cache.pod_event(event.type, event.object)
 
     @property
     def url(self) -> str:
@@ -58,7 +80,7 @@ class Extender:
         for watcher in self.watchers:
             watcher.stop()
         if self.elector is not None:
-            self.elector.stop()
+            self.elector.stop()  # hands the Lease back so a follower takes over at once
 
     def start(self) -> Extender:
         self.start_feeds()
@@ -73,33 +95,62 @@ class Extender:
         return self.cache.nodes_synced.wait(timeout_s) and self.cache.pods_synced.wait(timeout_s)
 
 
+def _leader_settings(settings: ExtenderSettings) -> leader.LeaderSettings:
+    s = settings.leader
+    return leader.LeaderSettings(
+        namespace=s.lease_namespace,
+        name=s.lease_name,
+        identity=s.identity or socket.gethostname(),
+        lease_duration=s.lease_duration_s,
+        renew_deadline=s.renew_deadline_s,
+        retry_period=s.retry_period_s,
+    )
+
+
 def tcp_nodelay(server: AppServer) -> None:
     """Send small replies at once. The listening socket comes from socket.create_server (proto 0), so
     asyncio does not set TCP_NODELAY on accepted connections; h11 writes headers and body apart, and
     Nagle + delayed ACK then adds ~40 ms to every reply. Accepted sockets inherit the option on Linux.
-    Belongs in webhook.serving.server._bind; kept here until it moves there.
+    Belongs in webhook.serving.server._bind; a no-op once the socket is not where it is looked for.
     """
     sock = getattr(server, "_socket", None)
-    if isinstance(sock, socket.socket):
+    if isinstance(sock, socket.socket) and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
+def tune_gc() -> None:
+    """Fewer young collections: a filter of 5,000 names allocates tens of thousands of short-lived objects."""
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(GC_GEN0_THRESHOLD, gen1, gen2)
+
+
+def freeze_when_synced(extender: Extender, stop: threading.Event) -> None:
+    """Once the first lists are in, move everything alive to the permanent generation: the full
+    collections that would otherwise walk 40,000 pods' records stall a request for tens of ms."""
+    while not stop.is_set():
+        if extender.wait_synced(0.5):
+            gc.collect()
+            gc.freeze()
+            return
+
+
 def run(settings: ExtenderSettings) -> None:
-    if settings.leader.enabled and not settings.leader.identity:
-        settings = _with_identity(settings, socket.gethostname())
     api = kube_client.connect(
         kube_client.ClientSettings(host=settings.api_server or "", kubeconfig=settings.kubeconfig or "")
     )
+    stop = threading.Event()
     try:
+        tune_gc()
         extender = Extender(settings, api)
         extender.start_feeds()
+        freezer = threading.Thread(
+            target=freeze_when_synced, args=(extender, stop), name="gc-freeze", daemon=True
+        )
+        freezer.start()
         try:
             extender.server.run()
         finally:
+            stop.set()
             extender.stop_feeds()
     finally:
         api.close()  # type: ignore[no-untyped-call]
-
-
-def _with_identity(settings: ExtenderSettings, identity: str) -> ExtenderSettings:
-    return dataclasses.replace(settings, leader=dataclasses.replace(settings.leader, identity=identity))

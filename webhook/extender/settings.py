@@ -39,6 +39,7 @@ class ExtenderSettings:
     # kube-scheduler sends whole Node objects when nodeCacheCapable is false: thousands of nodes are MBs.
     max_body_bytes: int = 64 * 1024 * 1024
     bind_attempts: int = 3
+    bind_workers: int = 32  # threads for binds in flight (each waits on the API server)
     bind_backoff_s: float = 0.05
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     log_level: str = "info"

@@ -14,12 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 import socket
 import ssl
 import threading
 import time
 from dataclasses import dataclass
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 import uvicorn
@@ -73,6 +74,7 @@ class AppServer:
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
+        self._serving = threading.Event()  # set once listening and marked ready
 
     @property
     def scheme(self) -> str:
@@ -121,6 +123,7 @@ class AppServer:
                 return
             await asyncio.sleep(0.01)
         self.readiness.set_serving(True)
+        self._serving.set()
         log.info(
             "serving",
             extra={"fields": {"url": f"{self.scheme}://{self.options.host}:{self.port}"}},
@@ -128,14 +131,25 @@ class AppServer:
 
     def run(self) -> None:
         """Serve in this thread until SIGINT/SIGTERM (uvicorn handles the signals in the main thread)."""
-        asyncio.run(self.serve())
+        if threading.current_thread() is not threading.main_thread():
+            asyncio.run(self.serve())
+            return
+        # uvicorn re-raises the stopping signal after its graceful shutdown, under the handler it found;
+        # with the defaults that kills the process (SIGTERM) or raises KeyboardInterrupt (SIGINT). Having
+        # stopped cleanly, we want to return and exit 0 instead.
+        previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            asyncio.run(self.serve())
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Serve in a daemon thread; return once it accepts connections (ServeError on failure)."""
         self._thread = threading.Thread(target=self._run_in_thread, name="appserver", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
-        while not self._server.started:
+        while not self._serving.is_set():
             if not self._thread.is_alive():
                 raise ServeError(f"server thread ended before serving: {self._thread_error!r}")
             if time.monotonic() > deadline:
@@ -173,11 +187,21 @@ class AppServer:
         self.stop()
 
 
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    pass
+
+
 def _bind(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and without it every
+    # response whose headers and body go out in two writes waits ~40 ms for a delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
-        sock = socket.create_server((host, port), family=family, backlog=backlog)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
     except OSError as exc:
+        sock.close()
         raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     sock.set_inheritable(True)
     return sock

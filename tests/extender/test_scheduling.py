@@ -1,0 +1,77 @@
+"""Tests for webhook.extender.scheduling: the quick per-node summary agrees with the allocator after any
+sequence of cache changes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.extender.factory import node, pod
+from webhook.core import allocator
+from webhook.core import annotations as ann
+from webhook.core.demand import GpuMemoryDemand
+from webhook.extender import scheduling, wire
+from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
+
+NODES = ("n0", "n1", "n2")
+
+node_ops = st.tuples(
+    st.just("node"),
+    st.sampled_from(NODES),
+    st.lists(st.integers(4, 16), min_size=0, max_size=3),
+    st.sets(st.integers(0, 2), max_size=2),
+)
+pod_ops = st.tuples(
+    st.just("pod"), st.integers(0, 5), st.sampled_from(NODES), st.integers(0, 2), st.integers(1, 8)
+)
+gone_ops = st.tuples(st.sampled_from(("delete-node", "delete-pod", "assume", "forget")), st.integers(0, 5))
+
+
+def apply(cache: Cache, op: tuple[Any, ...]) -> None:
+    match op:
+        case ("node", name, sizes, unhealthy):
+            cache.node_event(MODIFIED, node(name, *sizes, unhealthy=tuple(unhealthy)))
+        case ("pod", i, name, gpu, units):
+            cache.pod_event(
+                ADDED, pod(f"p{i}", units, node_name=name, placed={0: {gpu: units}}, phase="Running")
+            )
+        case ("delete-node", i):
+            cache.node_event(DELETED, {"metadata": {"name": NODES[i % len(NODES)]}})
+        case ("delete-pod", i):
+            cache.pod_event(DELETED, pod(f"p{i}", 1))
+        case ("assume", i):
+            cache.assume(f"default/q{i}", f"uid-q{i}", NODES[i % len(NODES)], ann.Allocation({0: {0: 2}}), 1)
+        case ("forget", i):
+            cache.forget(f"default/q{i}", f"uid-q{i}")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(node_ops, pod_ops, gone_ops), max_size=25), st.integers(1, 17))
+def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
+    cache = Cache()
+    cache.nodes_resync([node("n0", 16, 8)])
+    cache.pods_resync([])
+    for op in ops:
+        apply(cache, op)
+    names = (*NODES, "ghost")
+    result = scheduling.filter_nodes(
+        cache, wire.ExtenderArgs(pod("new", units), names), allocator.Policy.BINPACK
+    )
+    expected_pass, expected_fail = [], {}
+    with cache.locked():
+        for name in names:
+            ledger = cache.ledger(name)
+            if ledger is None:
+                expected_fail[name] = scheduling.UNKNOWN_NODE
+                continue
+            fit = allocator.fit(GpuMemoryDemand((units,)), ledger.gpus(), unit=ledger.unit)
+            if isinstance(fit, allocator.Fit):
+                expected_pass.append(name)
+            elif any(g.healthy for g in ledger.gpus()):
+                expected_fail[name] = fit.reason
+    assert result["NodeNames"] == expected_pass
+    assert (result["FailedNodes"] or {}) == expected_fail
+    unresolvable = set(result["FailedAndUnresolvableNodes"] or {})
+    assert unresolvable == set(names) - set(expected_pass) - set(expected_fail)
