@@ -12,7 +12,8 @@ import yaml
 from tests.chart import render
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
-from webhook.core import resources
+from webhook.cli import serve_device_plugin, serve_extender
+from webhook.core import devices, resources
 from webhook.serving import probes
 
 pytestmark = pytest.mark.skipif(
@@ -175,3 +176,26 @@ def test_extender_leader_election_lease_matches_its_role(objects: list[dict[str,
     assert any(lease in r.get("resourceNames", []) for r in role["rules"])
     env = {e["name"] for e in _container(objects, "Deployment", "-extender")["env"]}
     assert "POD_NAME" in env
+
+
+@pytest.mark.parametrize(
+    ("gpu_memory", "unit"),
+    [
+        ({"unit": "GiB"}, "GiB"),
+        ({"unit": "MiB", "mibPerDevice": 128}, "128MiB"),
+        ({"unit": "MiB", "mibPerDevice": 1}, "MiB"),
+    ],
+    ids=["GiB", "MiB-blocks", "MiB"],
+)
+def test_extender_and_device_plugin_count_gpu_memory_in_the_same_unit(
+    gpu_memory: dict[str, Any], unit: str
+) -> None:
+    objects = render.render({"gpuMemory": gpu_memory})
+    extender = serve_extender.build_parser().parse_args(
+        _container(objects, "Deployment", "-extender")["args"][1:]
+    )
+    plugin = serve_device_plugin.build_parser().parse_args(
+        _container(objects, "DaemonSet", "-device-plugin")["args"][1:]
+    )
+    assert extender.memory_unit == unit
+    assert devices.Granularity.parse(plugin.memory_unit, plugin.mib_per_device).label == unit

@@ -172,3 +172,19 @@ def test_over_committed_gpu_is_reported():
     )
     assert ledger.gpus()[0].free == 0
     assert "over-committed" in ledger.problems()[0]
+
+
+@pytest.mark.parametrize(
+    ("amount", "src", "dst", "expected"),
+    [
+        (16, "GiB", "MiB", 16384),
+        (16130, "MiB", "GiB", 15),
+        (16, "GiB", "128MiB", 128),
+        (129, "128MiB", "GiB", 16),
+    ],
+    ids=["GiB-to-MiB", "MiB-to-GiB-rounds-down", "GiB-to-blocks", "blocks-to-GiB"],
+)
+def test_convert_between_gib_mib_and_the_plugin_mib_blocks(
+    amount: int, src: str, dst: str, expected: int
+) -> None:
+    assert accounting.convert(amount, src, dst) == expected

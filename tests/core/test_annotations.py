@@ -110,3 +110,19 @@ def test_bad_node_devices_are_refused(text, fragment):
     with pytest.raises(AnnotationError) as err:
         NodeDevices.from_json(text)
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("unit", "mib"),
+    [("GiB", 1024), ("MiB", 1), ("128MiB", 128), ("1MiB", 1)],
+    ids=["GiB", "MiB", "128MiB", "1MiB"],
+)
+def test_memory_units_name_their_size_in_mib(unit: str, mib: int) -> None:
+    assert ann.unit_mib(unit) == mib
+    assert ann.memory_unit(unit) == unit
+
+
+@pytest.mark.parametrize("unit", ["gib", "0MiB", "128 MiB", "GB", "", "1234567MiB"], ids=repr)
+def test_unknown_memory_units_are_refused(unit: str) -> None:
+    with pytest.raises(ValueError, match="is not GiB, MiB or <N>MiB"):
+        ann.unit_mib(unit)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
+import json
+import statistics
+import time
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -13,7 +18,6 @@ from webhook.extender import app as app_mod
 from webhook.extender import scheduling
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache
-from webhook.extender.service import tcp_nodelay
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving.server import AppServer, ServeOptions
 
@@ -44,7 +48,6 @@ def harness() -> Iterator[Harness]:
     settings = ExtenderSettings(max_body_bytes=64 * 1024)
     ext = app_mod.ExtenderApp(cache, Binder(cache, api, settings, sleep=lambda s: None), settings)
     server = AppServer(app_mod.build_app(ext), ServeOptions(host="127.0.0.1", port=0), ext.readiness)
-    tcp_nodelay(server)
     with server, httpx.Client(base_url=server.url, timeout=5) as client:
         yield Harness(client, ext, api)
 
@@ -66,6 +69,24 @@ def test_filter_with_node_names_says_why_each_node_failed(harness):
         "FailedAndUnresolvableNodes": {"sick": "all 1 GPUs of the node are unhealthy"},
         "Error": "",
     }
+
+
+def test_small_replies_on_a_kept_alive_connection_do_not_wait_for_a_delayed_ack(harness):
+    # Headers and body leave in two writes; without TCP_NODELAY on the accepted socket Nagle holds the
+    # body until the client's delayed ACK (~40 ms on Linux), and every scheduler call pays it.
+    parts = urlsplit(str(harness.client.base_url))
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=5)
+    body = json.dumps(scheduler_args(pod("small", 2), ["n1", "n2"])).encode()
+    try:
+        times = []
+        for _ in range(15):
+            started = time.perf_counter()
+            conn.request("POST", f"{PREFIX}/prioritize", body, {"Content-Type": "application/json"})
+            assert conn.getresponse().read()
+            times.append(time.perf_counter() - started)
+    finally:
+        conn.close()
+    assert statistics.median(times) < 0.025
 
 
 def test_replies_are_ascii_json_that_decodes_to_the_same_text(harness):

@@ -30,6 +30,9 @@ MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
 METRICS_NAMESPACE = "gpushare_webhook"
 JSON_TYPES = ("application/json",)
+# Starlette's JSONResponse options (compact, UTF-8, no NaN), in one encoder built once: json.dumps with
+# options builds a new encoder per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 class BodyTooLarge(Exception):
@@ -96,7 +99,7 @@ async def _answer(
         # A bug of ours: a 500 lets the webhook's failurePolicy decide, as for any call failure.
         log.exception("review failed", extra={"fields": {"endpoint": name}})
         return _error(500, "internal error while reviewing the request"), "error", None
-    return JSONResponse(result.review), result.outcome, result
+    return _json(result.review), result.outcome, result
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -126,8 +129,10 @@ def _log(name: str, outcome: str, elapsed: float, result: review.Result | None, 
             violations=result.violations,
         )
     fields["duration_ms"] = round(elapsed * 1000, 3)
-    level = logging.INFO if result is not None else logging.WARNING
-    log.log(level, "review" if result is not None else "rejected request", extra={"fields": fields})
+    if result is not None:
+        logs.emit(log, logging.INFO, "review", fields)
+    else:
+        logs.emit(log, logging.WARNING, "rejected request", fields)
 
 
 def _generate_name(req: review.Request) -> str:
@@ -136,8 +141,12 @@ def _generate_name(req: review.Request) -> str:
     return f"{generate}*" if isinstance(generate, str) and generate else ""
 
 
+def _json(content: Any, status: int = 200) -> Response:
+    return Response(_ENCODER.encode(content).encode(), status_code=status, media_type="application/json")
+
+
 def _error(status: int, message: str) -> Response:
-    return JSONResponse(review.error_body(message), status_code=status)
+    return _json(review.error_body(message), status)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

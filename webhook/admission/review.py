@@ -18,6 +18,8 @@ API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_WARNING_CHARS = 120  # contracts §1.5: longer ones may be truncated by the API server
+# Compact JSON for the patch, built once (json.dumps with options builds a new encoder per call).
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
 
 Endpoint = Literal["mutate", "validate"]
 # What happened, for logs and metrics: skipped = allowed without looking at the object.
@@ -155,7 +157,7 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
     if endpoint == "mutate":
         ops = verdict.mutation_patch(req.obj, found, policy.rules)
         if ops:
-            raw = json.dumps(ops, separators=(",", ":")).encode()
+            raw = _COMPACT.encode(ops).encode()
             response["patch"] = base64.b64encode(raw).decode("ascii")
             response["patchType"] = "JSONPatch"
             return Result(_envelope(response), req, "patched")

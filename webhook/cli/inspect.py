@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (text)")
     parser.add_argument(
         "--unit",
-        choices=ann.MEMORY_UNITS,
+        type=ann.memory_unit,
         default="GiB",
         help="the cluster's gpu-mem unit, as the extender's --memory-unit (GiB)",
     )

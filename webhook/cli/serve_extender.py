@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from webhook.core import allocator
+from webhook.core import annotations as ann
 from webhook.extender import service
 from webhook.extender import settings as ext_settings
 from webhook.serving import logs
@@ -31,7 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--identity", default=os.environ.get("POD_NAME", ""), help="leader identity (default $POD_NAME)"
     )
-    p.add_argument("--memory-unit", choices=("GiB", "MiB"), default="GiB", help="unit of aliyun.com/gpu-mem")
+    p.add_argument(
+        "--memory-unit",
+        type=ann.memory_unit,
+        default="GiB",
+        help="unit of aliyun.com/gpu-mem: GiB, MiB, or <N>MiB matching the device plugin's MiB blocks",
+    )
     p.add_argument(
         "--policy",
         choices=[x.value for x in allocator.Policy],

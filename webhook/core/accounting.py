@@ -13,7 +13,6 @@ from typing import Any
 from webhook.core import annotations as ann
 from webhook.core import demand, quantity, resources
 
-GIB_IN_MIB = 1024
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -66,10 +65,10 @@ def node_name_of(pod: Mapping[str, Any]) -> str:
 
 
 def convert(amount: int, from_unit: str, to_unit: str) -> int:
-    """GPU memory from one unit to the other; GiB rounds down, as the protocol does."""
+    """GPU memory from one unit to another ("GiB", "MiB", "<N>MiB"); rounds down, as the protocol does."""
     if from_unit == to_unit:
         return amount
-    return amount * GIB_IN_MIB if to_unit == "MiB" else amount // GIB_IN_MIB
+    return amount * ann.unit_mib(from_unit) // ann.unit_mib(to_unit)
 
 
 def node_devices(

@@ -15,9 +15,28 @@ from dataclasses import dataclass, field
 
 from webhook.core import resources
 
-MEMORY_UNITS = ("GiB", "MiB")
 # Also "<N>MiB": the device plugin's MiB mode counts blocks of N MiB (see webhook/core/devices.py).
 _BLOCK_UNIT = re.compile(r"^[1-9][0-9]{0,5}MiB$")
+
+
+def unit_mib(unit: object) -> int:
+    """MiB in one unit of aliyun.com/gpu-mem: "GiB" 1024, "MiB" 1, "<N>MiB" N (the plugin's MiB blocks).
+
+    Every part must count gpu-mem in the same unit; this is the one place that says what a unit is.
+    """
+    if unit == "GiB":
+        return 1024
+    if unit == "MiB":
+        return 1
+    if isinstance(unit, str) and _BLOCK_UNIT.match(unit):
+        return int(unit[:-3])
+    raise ValueError(f"memory unit {unit!r} is not GiB, MiB or <N>MiB (e.g. 128MiB)")
+
+
+def memory_unit(text: str) -> str:
+    """`text` when it names a memory unit (see `unit_mib`); ValueError otherwise. Usable as argparse type."""
+    unit_mib(text)
+    return text
 
 
 class AnnotationError(ValueError):
@@ -187,8 +206,10 @@ class NodeDevices:
         if not isinstance(wire, dict) or not isinstance(wire.get("devices"), list):
             raise AnnotationError(key, 'must be {"unit": "GiB"|"MiB", "devices": [...]}')
         unit = wire.get("unit", "GiB")
-        if unit not in MEMORY_UNITS and not (isinstance(unit, str) and _BLOCK_UNIT.match(unit)):
-            raise AnnotationError(key, f"unit {unit!r} is not one of {', '.join(MEMORY_UNITS)} or <N>MiB")
+        try:
+            unit_mib(unit)
+        except ValueError as err:
+            raise AnnotationError(key, str(err)) from None
         devices = []
         seen: set[int] = set()
         for raw in wire["devices"]:

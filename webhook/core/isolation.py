@@ -16,6 +16,8 @@ _BOOLS = ("true", "false")
 _NAME_LIMIT = 40
 # Any value of the label other than true/false: pods that allow it may land on non-gpushare nodes.
 _OTHER = "<other>"
+# A tuple: `str | int | float` in isinstance builds a union object per call.
+_QUANTITY_TYPES = (str, int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +41,7 @@ class _WrongType(Exception):
         self.violation = violation
 
 
-def _get(node: Mapping[str, Any], key: str, expected: type, path: str, what: str) -> Any:
+def _get(node: Mapping[str, Any], key: str, expected: type | tuple[type, ...], path: str, what: str) -> Any:
     """`node[key]` if it has the `expected` type, None when absent; else raise a wrong-type violation."""
     value = node.get(key)
     if value is None or isinstance(value, expected):
@@ -50,15 +52,15 @@ def _get(node: Mapping[str, Any], key: str, expected: type, path: str, what: str
 def _gpu_memory(container: Mapping[str, Any], name: str) -> bool:
     """True when the container asks for more than zero of `name` (limit, else request)."""
     res = container.get("resources")
-    if not isinstance(res, Mapping):
+    if not isinstance(res, templates.OBJECT):
         return False
     for section in ("limits", "requests"):
         values = res.get(section)
-        if isinstance(values, Mapping) and name in values:
+        if isinstance(values, templates.OBJECT) and name in values:
             raw = values[name]
             if isinstance(raw, int) and raw.bit_length() > 64:
                 return raw > 0
-            if not isinstance(raw, str | int | float):
+            if not isinstance(raw, _QUANTITY_TYPES):
                 return False
             try:
                 return quantity.from_json(raw) > 0
@@ -75,7 +77,7 @@ def gpu_memory_containers(
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         if isinstance(items, list):
-            out += [c for c in items if isinstance(c, Mapping) and _gpu_memory(c, names.memory)]
+            out += [c for c in items if isinstance(c, templates.OBJECT) and _gpu_memory(c, names.memory)]
     return out
 
 
@@ -94,7 +96,7 @@ def _env_setting(container: Mapping[str, Any], path: str, env_name: str, warning
     setting: str | None = None
     name = _container_name(container)
     for i, item in enumerate(env or ()):
-        if not isinstance(item, Mapping):
+        if not isinstance(item, templates.OBJECT):
             raise _WrongType(rules.wrong_type(f"{path}.env[{i}]", name, item, "an object (an env var)"))
         if item.get("name") != env_name:
             continue
@@ -118,16 +120,16 @@ def _env_setting(container: Mapping[str, Any], path: str, env_name: str, warning
 
 def _allowed_by_affinity(spec: Mapping[str, Any], key: str, path: str) -> set[str] | None:
     """Label values the required node affinity allows for `key`; None when no term constrains it."""
-    affinity = _get(spec, "affinity", Mapping, path, "an object")
+    affinity = _get(spec, "affinity", templates.OBJECT, path, "an object")
     if affinity is None:
         return None
     path = templates.key_path(path, "affinity")
-    node = _get(affinity, "nodeAffinity", Mapping, path, "an object")
+    node = _get(affinity, "nodeAffinity", templates.OBJECT, path, "an object")
     if node is None:
         return None
     path = templates.key_path(path, "nodeAffinity")
     required_key = "requiredDuringSchedulingIgnoredDuringExecution"
-    required = _get(node, required_key, Mapping, path, "an object")
+    required = _get(node, required_key, templates.OBJECT, path, "an object")
     if required is None:
         return None
     path = templates.key_path(path, required_key)
@@ -135,13 +137,13 @@ def _allowed_by_affinity(spec: Mapping[str, Any], key: str, path: str) -> set[st
     allowed: set[str] | None = None
     for t, term in enumerate(terms or ()):
         term_path = f"{path}.nodeSelectorTerms[{t}]"
-        if not isinstance(term, Mapping):
+        if not isinstance(term, templates.OBJECT):
             raise _WrongType(rules.wrong_type(term_path, None, term, "an object"))
         exprs = _get(term, "matchExpressions", list, term_path, "a list")
         values = {*_BOOLS, _OTHER}
         constrained = False
         for e, expr in enumerate(exprs or ()):
-            if not isinstance(expr, Mapping):
+            if not isinstance(expr, templates.OBJECT):
                 raise _WrongType(
                     rules.wrong_type(f"{term_path}.matchExpressions[{e}]", None, expr, "an object")
                 )
@@ -163,7 +165,9 @@ def _allowed_by_affinity(spec: Mapping[str, Any], key: str, path: str) -> set[st
 
 
 def _annotation(template: templates.PodTemplate, key: str) -> str | None:
-    annotations = _get(template.metadata, "annotations", Mapping, template.field("metadata"), "an object")
+    annotations = _get(
+        template.metadata, "annotations", templates.OBJECT, template.field("metadata"), "an object"
+    )
     if annotations is None or key not in annotations:
         return None
     raw = annotations[key]
@@ -199,7 +203,7 @@ def _decide(
     key = policy.label_key
     warnings: list[str] = []
     spec_path = template.field("spec")
-    selector = _get(template.spec, "nodeSelector", Mapping, spec_path, "an object (label: value)")
+    selector = _get(template.spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
     affinity = _allowed_by_affinity(template.spec, key, spec_path)
     annotation = _annotation(template, policy.annotation_key)
     wanted = {id(c) for c in containers}
@@ -207,7 +211,7 @@ def _decide(
         (c, f"{spec_path}.{k}[{i}]")
         for k in ("containers", "initContainers")
         for i, c in enumerate(template.spec.get(k) or ())
-        if isinstance(c, Mapping) and id(c) in wanted
+        if isinstance(c, templates.OBJECT) and id(c) in wanted
     ]
     settings = [_env_setting(c, p, policy.env_name, warnings) for c, p in indexed]
     every_true = all(s == "true" for s in settings)

@@ -5,12 +5,14 @@ Only additions: the webhook never overrides a choice the user made.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import jsonpatch
 
 
+@functools.lru_cache(maxsize=256)  # the same few pointers for every pod
 def pointer(*parts: str) -> str:
     """An RFC 6901 JSON pointer: `pointer("spec", "nodeSelector", "a/b")` -> "/spec/nodeSelector/a~1b"."""
     path: str = jsonpatch.JsonPointer.from_parts(parts).path

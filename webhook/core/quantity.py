@@ -83,9 +83,10 @@ class Quantity:
         """`MilliValue()`: the value in thousandths, rounded up (ceiling) like apimachinery."""
         # Integer arithmetic, exactly ceil(mantissa * 10**(exponent + 3)); Fraction is ~10x slower.
         shift = self.exponent + 3
+        scale: int = 10 ** abs(shift)
         if shift >= 0:
-            return self.mantissa * 10**shift
-        return -((-self.mantissa) // 10**-shift)
+            return self.mantissa * scale
+        return -((-self.mantissa) // scale)
 
     def is_integer(self) -> bool:
         """The extended-resource check: rounded up to milli, the value is a multiple of 1000."""

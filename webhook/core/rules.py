@@ -16,6 +16,8 @@ _VALUE_LIMIT = 60
 _NAME_LIMIT = 63
 # Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
 _MAX_INT_BITS = 3000
+# What a quantity may arrive as; a tuple, as `str | int | ...` in isinstance builds a union per call.
+_JSON_SCALARS = (str, int, float, type(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ def _parse(raw: object) -> quantity.Quantity | str:
     """The quantity, or apimachinery's reason for refusing it."""
     if isinstance(raw, int) and raw.bit_length() > _MAX_INT_BITS:
         return quantity.TOO_LARGE_ERROR
-    if not isinstance(raw, str | int | float | None):
+    if not isinstance(raw, _JSON_SCALARS):
         # from_json would repr() the value, which fails for lists holding huge ints.
         return quantity.FORMAT_ERROR
     try:
@@ -171,17 +173,18 @@ def _check_container(
     if res is None:
         return []
     res_path = templates.join(path, "resources")
-    if not isinstance(res, Mapping):
+    if not isinstance(res, templates.OBJECT):
         return [wrong_type(res_path, name, res, "an object")]
     out: list[Violation] = []
     sections: list[Mapping[Any, Any]] = []
     for section in ("limits", "requests"):
         values = res.get(section)
-        if values is not None and not isinstance(values, Mapping):
+        if values is not None and not isinstance(values, templates.OBJECT):
             out.append(wrong_type(templates.join(res_path, section), name, values, "an object"))
-        sections.append(values if isinstance(values, Mapping) else {})
+        sections.append(values if isinstance(values, templates.OBJECT) else {})
     limits, requests = sections
-    gpu_names = sorted({k for k in (*limits, *requests) if isinstance(k, str) and names.is_gpu(k)})
+    # Limits and requests mostly share their keys: ask is_gpu once per distinct name.
+    gpu_names = sorted(k for k in {*limits, *requests} if isinstance(k, str) and names.is_gpu(k))
     for resource in gpu_names:
         out += _check_resource(res_path, name, resource, limits=limits, requests=requests, names=names)
     return out
@@ -194,7 +197,7 @@ def _check_gpu_count(
     labels = metadata.get("labels")
     if labels is None:
         return []
-    if not isinstance(labels, Mapping):
+    if not isinstance(labels, templates.OBJECT):
         return [wrong_type(templates.join(prefix, "metadata.labels"), None, labels, "an object")]
     if names.count not in labels:
         return []
@@ -205,7 +208,7 @@ def _check_gpu_count(
     except demand.DemandError as err:
         fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
         return [Violation(path, None, show(raw), templates.printable(str(err), 200), fix)]
-    if not isinstance(containers, list) or not all(isinstance(c, Mapping) for c in containers):
+    if not isinstance(containers, list) or not all(isinstance(c, templates.OBJECT) for c in containers):
         return []
     try:
         total = sum(demand.container_units(c, names.memory) for c in containers)
@@ -239,7 +242,7 @@ def check_pod_spec(
             continue
         for i, container in enumerate(items):
             path = f"{list_path}[{i}]"
-            if not isinstance(container, Mapping):
+            if not isinstance(container, templates.OBJECT):
                 out.append(wrong_type(path, None, container, "an object (a container)"))
                 continue
             out += _check_container(container, path, names)

@@ -88,7 +88,10 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
     decision = isolation.decide(template, policy.isolation, policy.names)
     if decision.violation is not None:
         violations.append(decision.violation)
-    asks = isolation.asks_gpu_memory(template.spec, policy.names)
+    # Only the scheduler-name mode needs to know; a decided value already says the pod asks for gpu-mem.
+    asks = policy.scheduler_name is not None and (
+        decision.value is not None or isolation.asks_gpu_memory(template.spec, policy.names)
+    )
     scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
     return TemplateVerdict(
         path=template.path,
@@ -101,7 +104,7 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
 
 def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
     """Check every pod template of `obj` (any JSON value: wrong types become violations, never errors)."""
-    if not isinstance(obj, Mapping):
+    if not isinstance(obj, templates.OBJECT):
         problem = rules.wrong_type("", None, obj, "an object (a Kubernetes manifest)")
         return Verdict((), (problem,), (), allowed=False)
     kind = obj.get("kind")
@@ -133,11 +136,11 @@ def mutation_patch(pod: Mapping[str, Any], verdict: Verdict, policy: Policy) -> 
 
     Workloads are never patched: their Pods are, when they are created.
     """
-    if not verdict.allowed or not isinstance(pod, Mapping) or pod.get("kind") not in (None, "Pod"):
+    if not verdict.allowed or not isinstance(pod, templates.OBJECT) or pod.get("kind") not in (None, "Pod"):
         return []
     spec = pod.get("spec")
     root = next((t for t in verdict.templates if t.path == ""), None)
-    if root is None or not isinstance(spec, Mapping):
+    if root is None or not isinstance(spec, templates.OBJECT):
         return []
     ops: list[dict[str, Any]] = []
     if root.isolation is not None:

@@ -52,7 +52,6 @@ class Extender:
             ServeOptions(host=settings.host, port=settings.port, tls=serving_tls),
             self.app.readiness,
         )
-        tcp_nodelay(self.server)
 
     def _on_node(self, event: watch.WatchEvent) -> None:
         if event.type == watch.RESYNC:
@@ -105,17 +104,6 @@ def _leader_settings(settings: ExtenderSettings) -> leader.LeaderSettings:
         renew_deadline=s.renew_deadline_s,
         retry_period=s.retry_period_s,
     )
-
-
-def tcp_nodelay(server: AppServer) -> None:
-    """Send small replies at once. The listening socket comes from socket.create_server (proto 0), so
-    asyncio does not set TCP_NODELAY on accepted connections; h11 writes headers and body apart, and
-    Nagle + delayed ACK then adds ~40 ms to every reply. Accepted sockets inherit the option on Linux.
-    Belongs in webhook.serving.server._bind; a no-op once the socket is not where it is looked for.
-    """
-    sock = getattr(server, "_socket", None)
-    if isinstance(sock, socket.socket) and sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 0:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 def tune_gc() -> None:

@@ -33,6 +33,17 @@ class RequestMetrics:
             registry=registry,
         )
 
+        # labels() takes a lock and builds a key per call; a request's labelled children are looked up
+        # once and kept (the label values are a handful of fixed strings).
+        self._counters: dict[tuple[str, str], Counter] = {}
+        self._histograms: dict[str, Histogram] = {}
+
     def observe(self, endpoint: str, outcome: str, seconds: float) -> None:
-        self.requests.labels(endpoint, outcome).inc()
-        self.latency.labels(endpoint).observe(seconds)
+        counter = self._counters.get((endpoint, outcome))
+        if counter is None:
+            counter = self._counters[endpoint, outcome] = self.requests.labels(endpoint, outcome)
+        histogram = self._histograms.get(endpoint)
+        if histogram is None:
+            histogram = self._histograms[endpoint] = self.latency.labels(endpoint)
+        counter.inc()
+        histogram.observe(seconds)

@@ -3,7 +3,7 @@
 - extender
 - --host=0.0.0.0
 - --port={{ .Values.extender.port }}
-- --memory-unit={{ .Values.extender.memoryUnit }}
+- --memory-unit={{ include "gpushare.memoryUnit" . }}
 {{- if .Values.extender.leaderElection.enabled }}
 - --leader-elect
 - --lease-name={{ .Values.extender.leaderElection.leaseName }}
