@@ -164,6 +164,10 @@ def realistic_review() -> dict[str, Any]:
     }
 
 
+def _review_routes(handle: Any) -> Starlette:
+    return Starlette(routes=[Route(path, handle, methods=["POST"]) for path in PATHS])
+
+
 def constant_app() -> Starlette:
     """Reads the body and answers fixed bytes: the floor of the HTTP/TLS stack, not a webhook."""
     fixed = json.dumps(
@@ -178,9 +182,7 @@ def constant_app() -> Starlette:
         await request.body()
         return Response(fixed, media_type="application/json")
 
-    return Starlette(
-        routes=[Route("/validate", handle, methods=["POST"]), Route("/mutate", handle, methods=["POST"])]
-    )
+    return _review_routes(handle)
 
 
 def reference_app() -> Starlette:
@@ -198,9 +200,7 @@ def reference_app() -> Starlette:
         }
         return Response(json.dumps(answer, separators=(",", ":")).encode(), media_type="application/json")
 
-    return Starlette(
-        routes=[Route("/validate", handle, methods=["POST"]), Route("/mutate", handle, methods=["POST"])]
-    )
+    return _review_routes(handle)
 
 
 def webhook_app(readiness: probes.Readiness | None = None) -> Starlette:
@@ -209,6 +209,8 @@ def webhook_app(readiness: probes.Readiness | None = None) -> Starlette:
 
 
 APPS = {"constant": constant_app, "reference": reference_app, "webhook": webhook_app}
+KINDS = tuple(APPS)
+PATHS = ("/validate", "/mutate")
 
 
 def serve(kind: str, cert_dir: Path) -> None:
@@ -295,8 +297,6 @@ def start_server(kind: str, cert_dir: Path) -> tuple[subprocess.Popen[str], int]
 
 def in_process(kinds: tuple[str, ...], count: int) -> dict[str, dict[str, float]]:
     """Microseconds per request of each app called directly (no HTTP, no TLS), JSON logs to /dev/null."""
-    sink = open(os.devnull, "w")  # noqa: SIM115 - lives as long as this short process
-    logs.configure("info", "json", stream=sink)
     body = json.dumps(realistic_review()).encode()
 
     async def receive() -> dict[str, Any]:
@@ -307,11 +307,25 @@ def in_process(kinds: tuple[str, ...], count: int) -> dict[str, dict[str, float]
             raise RuntimeError(f"status {message['status']}")
 
     async def measure(app: Any, path: str) -> float:
-        headers = [(b"host", b"localhost"), (b"content-type", b"application/json")]
-        headers.append((b"content-length", str(len(body)).encode()))
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST"}
-        scope.update(scheme="https", path=path, raw_path=path.encode(), query_string=b"timeout=10s")
-        scope.update(root_path="", headers=headers, server=("127.0.0.1", 8443), client=("127.0.0.1", 1))
+        length = str(len(body)).encode()
+        scope: dict[str, Any] = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "https",
+            "path": path,
+            "raw_path": path.encode(),
+            "query_string": b"timeout=10s",
+            "root_path": "",
+            "headers": [
+                (b"host", b"localhost"),
+                (b"content-type", b"application/json"),
+                (b"content-length", length),
+            ],
+            "server": ("127.0.0.1", 8443),
+            "client": ("127.0.0.1", 1),
+        }
         for _ in range(count // 10):
             await app(scope, receive, send)
         best = float("inf")
@@ -326,11 +340,9 @@ def in_process(kinds: tuple[str, ...], count: int) -> dict[str, dict[str, float]
         apps = {kind: APPS[kind]() for kind in kinds}
         return {kind: {path: await measure(apps[kind], path) for path in PATHS} for kind in kinds}
 
-    return asyncio.run(run_all())
-
-
-PATHS = ("/validate", "/mutate")
-KINDS = ("constant", "reference", "webhook")
+    with open(os.devnull, "w") as sink:
+        logs.configure("info", "json", stream=sink)
+        return asyncio.run(run_all())
 
 
 def _subprocess_json(args: list[str], timeout: float) -> Any:

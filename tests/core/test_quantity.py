@@ -155,3 +155,65 @@ def test_the_parser_either_returns_a_quantity_or_raises_quantity_error(text: str
 @given(st.integers(min_value=0, max_value=10**6))
 def test_milli_spelling_is_whole_exactly_when_divisible_by_1000(n: int) -> None:
     assert quantity.parse(f"{n}m").is_integer() is (n % 1000 == 0)
+
+
+def _fields(q: quantity.Quantity) -> tuple[int, int, quantity.Format, str | None]:
+    return (q.mantissa, q.exponent, q.format, q.text)
+
+
+@given(st.from_regex(r"[0-9]{1,18}", fullmatch=True))
+def test_plain_digit_fast_path_equals_the_general_parser(text: str) -> None:
+    assert _fields(quantity._parse_plain(text)) == _fields(quantity._parse_general(text))
+    assert _fields(quantity.parse(text)) == _fields(quantity._parse_general(text))
+
+
+@given(st.integers(min_value=-(10**20), max_value=10**20))
+def test_json_integers_parse_as_their_decimal_spelling(n: int) -> None:
+    assert _fields(quantity.from_json(n)) == _fields(quantity._parse_general(str(n)))
+
+
+@pytest.mark.parametrize(
+    "text", ["0", "00", "000", "1000", "01000", "007", "999999999999999999", "100000000000000000"]
+)
+def test_plain_digit_edge_cases_keep_apimachinery_spelling(text: str) -> None:
+    assert _fields(quantity._parse_plain(text)) == _fields(quantity._parse_general(text))
+
+
+def test_non_ascii_digits_are_not_plain_and_fail_like_the_general_parser() -> None:
+    with pytest.raises(quantity.QuantityError) as err:
+        quantity.parse("١٢")  # Arabic-Indic digits: str.isdigit() is true for them
+    assert err.value.reason == quantity.FORMAT_ERROR
+
+
+def test_a_bad_spelling_fails_again_when_parsed_twice() -> None:
+    # Parsed values are cached; errors must not be.
+    for _ in range(2):
+        with pytest.raises(quantity.QuantityError):
+            quantity.parse("1K")
+
+
+_MANTISSAS = st.integers(min_value=-(10**30), max_value=10**30)
+_EXPONENTS = st.integers(min_value=-40, max_value=40)
+
+
+@given(_MANTISSAS, _EXPONENTS)
+def test_integer_milli_value_equals_the_fraction_ceiling(mantissa: int, exponent: int) -> None:
+    q = quantity.Quantity(mantissa, exponent, quantity.Format.DECIMAL_SI)
+    scaled = q.value * 1000
+    assert q.milli_value() == -((-scaled.numerator) // scaled.denominator)
+
+
+@given(_MANTISSAS, _EXPONENTS, _MANTISSAS, _EXPONENTS)
+def test_integer_comparisons_equal_fraction_comparisons(a: int, a_exp: int, b: int, b_exp: int) -> None:
+    qa = quantity.Quantity(a, a_exp, quantity.Format.DECIMAL_SI)
+    qb = quantity.Quantity(b, b_exp, quantity.Format.DECIMAL_SI)
+    va, vb = qa.value, qb.value
+    assert (qa == qb, qa < qb, qa <= qb, qa > qb, qa >= qb) == (
+        va == vb,
+        va < vb,
+        va <= vb,
+        va > vb,
+        va >= vb,
+    )
+    assert (qa > 0, qa == b, qa < vb) == (va > 0, va == b, va < vb)
+    assert hash(qa) == hash(va)

@@ -124,7 +124,7 @@ def test_filter_of_an_unsplittable_multi_gpu_pod_is_unresolvable_everywhere(harn
         (b"[]", "must be a JSON object"),
         (b'{"Pod": {}, "NodeNames": 5}', "NodeNames must be a list"),
         (b'{"Pod": "x"}', "Pod must be a JSON object"),
-        (b"x" * (70 * 1024), "larger than"),
+        (b"x" * (70 * 1024), "exceeds"),
     ],
     ids=["malformed", "array", "wrong-type", "pod-string", "too-large"],
 )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -70,3 +72,65 @@ def test_uvicorn_access_log_is_silenced(restore_logging):
 def test_unknown_level_or_format_is_refused(level, fmt):
     with pytest.raises(ValueError, match="unknown log"):
         logs.configure(level, fmt)
+
+
+@pytest.fixture
+def direct_logger() -> Iterator[tuple[logging.Logger, io.StringIO]]:
+    """A logger whose records reach only a JSON handler of ours (as in the servers; pytest's capture
+    handlers sit on the root logger, so this one does not propagate)."""
+    out = io.StringIO()
+    logger = logging.getLogger("webhook.test.direct")
+    handler = logs.JsonLinesHandler(out)
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    yield logger, out
+    logger.removeHandler(handler)
+    logger.propagate = True
+    logger.setLevel(logging.NOTSET)
+
+
+FIELDS = {"uid": "u-1", "verdict": "denied", "violations": 2, "duration_ms": 0.25, "msg": "not mine"}
+
+
+def test_emit_writes_the_line_logging_would_write(direct_logger):
+    logger, out = direct_logger
+    assert logs._direct_handler(logger, logging.INFO) is logger.handlers[0]  # the fast path is taken
+    logs.emit(logger, logging.INFO, "review", FIELDS)
+    logger.info("review", extra={"fields": FIELDS})
+    direct, through_logging = (json.loads(line) for line in out.getvalue().splitlines())
+    assert direct.pop("ts")[:16] == through_logging.pop("ts")[:16]  # same minute at least
+    assert direct == through_logging
+    assert list(direct) == ["level", "logger", "msg", "uid", "verdict", "violations", "duration_ms"]
+    assert direct["msg"] == "review"  # the field named msg does not replace the message
+
+
+def test_emit_respects_the_level(direct_logger):
+    logger, out = direct_logger
+    logs.emit(logger, logging.DEBUG, "hidden", FIELDS)
+    assert out.getvalue() == ""
+
+
+def test_emit_goes_through_logging_when_another_handler_listens(direct_logger, caplog):
+    logger, out = direct_logger
+    logger.propagate = True  # now caplog's handler on the root logger sees it too
+    caplog.set_level(logging.INFO, logger="webhook.test.direct")
+    logs.emit(logger, logging.WARNING, "rejected request", {"status": 400})
+    assert [(r.getMessage(), r.fields) for r in caplog.records] == [("rejected request", {"status": 400})]
+    assert json.loads(out.getvalue())["status"] == 400
+
+
+def test_emit_in_text_format_uses_the_text_formatter(restore_logging):
+    out = io.StringIO()
+    logs.configure("info", "text", stream=out)
+    logs.emit(logging.getLogger("x"), logging.INFO, "review", {"uid": "u-2"})
+    assert out.getvalue().rstrip().endswith("INFO x: review uid=u-2")
+
+
+def test_json_timestamps_are_utc_with_milliseconds(direct_logger):
+    logger, out = direct_logger
+    before = datetime.now(UTC)
+    logs.emit(logger, logging.INFO, "review", {})
+    ts = json.loads(out.getvalue())["ts"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00", ts)
+    assert before - timedelta(seconds=1) <= datetime.fromisoformat(ts) <= datetime.now(UTC)

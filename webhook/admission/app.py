@@ -22,6 +22,7 @@ from starlette.routing import Route
 from webhook.admission import review
 from webhook.admission.settings import AdmissionSettings
 from webhook.core import certificates
+from webhook.serving import body as body_limit
 from webhook.serving import logs, metrics, probes, server, tls
 
 log = logging.getLogger("webhook.admission")
@@ -33,10 +34,6 @@ JSON_TYPES = ("application/json",)
 # Starlette's JSONResponse options (compact, UTF-8, no NaN), in one encoder built once: json.dumps with
 # options builds a new encoder per call.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-class BodyTooLarge(Exception):
-    """The request body passed the configured limit (answered 413)."""
 
 
 def create_app(
@@ -84,9 +81,9 @@ async def _answer(
         shown = content_type or "none"
         return _error(415, f"content type must be application/json, got {shown}"), "unsupported_media", None
     try:
-        body = await _read_body(request, limit)
-    except BodyTooLarge:
-        return _error(413, f"request body exceeds {limit} bytes"), "too_large", None
+        body = await body_limit.read_limited(request, limit)
+    except body_limit.BodyTooLarge as exc:
+        return _error(413, str(exc)), "too_large", None
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as exc:
@@ -100,20 +97,6 @@ async def _answer(
         log.exception("review failed", extra={"fields": {"endpoint": name}})
         return _error(500, "internal error while reviewing the request"), "error", None
     return _json(result.review), result.outcome, result
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _log(name: str, outcome: str, elapsed: float, result: review.Result | None, status: int) -> None:
@@ -136,8 +119,13 @@ def _log(name: str, outcome: str, elapsed: float, result: review.Result | None, 
 
 
 def _generate_name(req: review.Request) -> str:
+    """The object's own name when the request carries none; `prefix*` for a generateName."""
     metadata = req.obj.get("metadata") if req.obj is not None else None
-    generate = metadata.get("generateName") if isinstance(metadata, dict) else None
+    if not isinstance(metadata, dict):
+        return ""
+    name, generate = metadata.get("name"), metadata.get("generateName")
+    if isinstance(name, str) and name:
+        return name
     return f"{generate}*" if isinstance(generate, str) and generate else ""
 
 

@@ -123,16 +123,16 @@ def _allowed_by_affinity(spec: Mapping[str, Any], key: str, path: str) -> set[st
     affinity = _get(spec, "affinity", templates.OBJECT, path, "an object")
     if affinity is None:
         return None
-    path = templates.key_path(path, "affinity")
+    path = templates.join(path, "affinity")  # plain keys: join spells them as key_path does
     node = _get(affinity, "nodeAffinity", templates.OBJECT, path, "an object")
     if node is None:
         return None
-    path = templates.key_path(path, "nodeAffinity")
+    path = templates.join(path, "nodeAffinity")
     required_key = "requiredDuringSchedulingIgnoredDuringExecution"
     required = _get(node, required_key, templates.OBJECT, path, "an object")
     if required is None:
         return None
-    path = templates.key_path(path, required_key)
+    path = templates.join(path, required_key)
     terms = _get(required, "nodeSelectorTerms", list, path, "a list")
     allowed: set[str] | None = None
     for t, term in enumerate(terms or ()):

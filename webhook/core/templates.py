@@ -91,7 +91,8 @@ def key_path(path: str, key: object) -> str:
         return f"{path}[{key}]"
     if not isinstance(key, str):
         return f"{path}[{_json_scalar(key)}]"
-    if key and key.isprintable() and not any(c in key for c in ".[] "):
+    # Spelled out, not any(c in key for c in ".[] "): a generator costs ~0.5 us per key in long walks.
+    if key and key.isprintable() and "." not in key and "[" not in key and "]" not in key and " " not in key:
         return join(path, key)
     return f"{path}[{printable(key, _KEY_LIMIT)}]"
 

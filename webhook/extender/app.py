@@ -30,14 +30,11 @@ from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache, NodeView
 from webhook.extender.settings import ExtenderSettings
+from webhook.serving import body as body_limit
 from webhook.serving import metrics, probes
 
 log = logging.getLogger(__name__)
 METRICS_NAMESPACE = "gpushare_extender"
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 class JSONResponse(StarletteJSONResponse):
@@ -64,19 +61,6 @@ class ExtenderApp:
     leadership: Leadership = field(default_factory=Leadership)
     readiness: probes.Readiness = field(default_factory=probes.Readiness)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-
-
-async def _body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def inspect_json(view: NodeView) -> dict[str, Any]:
@@ -145,15 +129,15 @@ def build_app(
             binds.shutdown(wait=False)
 
     async def read_args(request: Request) -> wire.ExtenderArgs:
-        return wire.extender_args(wire.parse_json(await _body(request, limit)))
+        return wire.extender_args(wire.parse_json(await body_limit.read_limited(request, limit)))
 
     async def filter_(request: Request) -> Response:
         started, outcome = time.perf_counter(), "ok"
         try:
             result = scheduling.filter_nodes(ext.cache, await read_args(request), settings.default_policy)
-        except (wire.WireError, BodyTooLarge) as err:
+        except (wire.WireError, body_limit.BodyTooLarge) as err:
             outcome = "bad_request"
-            result = wire.filter_error(_message(err, limit))
+            result = wire.filter_error(str(err))
         request_metrics.observe("filter", outcome, time.perf_counter() - started)
         return JSONResponse(result)
 
@@ -161,19 +145,19 @@ def build_app(
         started = time.perf_counter()
         try:
             scores = scheduling.prioritize(ext.cache, await read_args(request), settings.default_policy)
-        except (wire.WireError, BodyTooLarge) as err:
+        except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("prioritize", "bad_request", time.perf_counter() - started)
-            return JSONResponse({"Error": _message(err, limit)}, status_code=400)
+            return JSONResponse({"Error": str(err)}, status_code=400)
         request_metrics.observe("prioritize", "ok", time.perf_counter() - started)
         return JSONResponse(wire.host_priority_list(scores))
 
     async def bind(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            args = wire.binding_args(wire.parse_json(await _body(request, limit)))
-        except (wire.WireError, BodyTooLarge) as err:
+            args = wire.binding_args(wire.parse_json(await body_limit.read_limited(request, limit)))
+        except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("bind", "bad_request", time.perf_counter() - started)
-            return JSONResponse(wire.binding_result(_message(err, limit)))
+            return JSONResponse(wire.binding_result(str(err)))
         if not ext.leadership.is_leader():
             holder = ext.leadership.holder() or "unknown"
             request_metrics.observe("bind", "not_leader", time.perf_counter() - started)
@@ -214,9 +198,3 @@ def build_app(
         *probes.probe_routes(ext.readiness, ext.registry),
     ]
     return Starlette(routes=routes, lifespan=serving)
-
-
-def _message(err: Exception, limit: int) -> str:
-    if isinstance(err, BodyTooLarge):
-        return f"request body is larger than {limit} bytes"
-    return str(err)
