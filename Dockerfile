@@ -10,7 +10,7 @@ WORKDIR /src
 # Build tools only live in this stage; versions pinned like pyproject's.
 RUN python -m venv /opt/build \
  && /opt/build/bin/pip install setuptools==80.9.0 wheel==0.45.1 grpcio-tools==1.85.1
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY scripts/gen-proto scripts/gen-proto
 COPY webhook webhook
 # The gRPC stubs of the kubelet device-plugin API are generated here from api.proto (the committed copies
@@ -18,7 +18,7 @@ COPY webhook webhook
 RUN PYTHON=/opt/build/bin/python bash scripts/gen-proto \
  && /opt/build/bin/pip wheel --no-deps --no-build-isolation -w /dist . \
  && python -m venv /opt/gpushare \
- && /opt/gpushare/bin/pip install /dist/*.whl \
+ && /opt/gpushare/bin/pip install -c constraints.txt /dist/*.whl \
  && /opt/gpushare/bin/pip uninstall -y pip \
  && /opt/gpushare/bin/gpushare --version
 

@@ -80,6 +80,32 @@ def test_a_half_written_pair_keeps_the_old_certificate_until_the_key_arrives(cer
     assert same_cert(served_cert(reloading, cert_dir.ca_cert), fresh.cert_pem)
 
 
+def test_files_replaced_while_loading_are_taken_once_they_settle(cert_dir, monkeypatch):
+    """A Secret update renames the files one by one; a pair read before the load and another loaded
+    must not be recorded as seen, or the same certificate would be loaded twice."""
+    reloading = tls.ReloadingContext(cert_dir.serving)
+    ca = cert_dir.read_ca()
+    first = certificates.generate_serving(ca, ["localhost"], [], NOW)
+    second = certificates.generate_serving(ca, ["localhost"], [], NOW)
+    cert_dir.serving.cert.write_bytes(first.cert_pem)
+    cert_dir.serving.key.write_bytes(first.key_pem)
+    load = tls.server_context
+
+    def load_while_replaced(files):
+        context = load(files)
+        cert_dir.serving.cert.write_bytes(second.cert_pem)  # lands between the read and the check
+        cert_dir.serving.key.write_bytes(second.key_pem)
+        return context
+
+    monkeypatch.setattr(tls, "server_context", load_while_replaced)
+    assert reloading.reload_if_changed() is False
+    monkeypatch.setattr(tls, "server_context", load)
+    assert reloading.reload_if_changed() is True
+    assert reloading.reload_if_changed() is False
+    assert reloading.reloads == 1
+    assert same_cert(served_cert(reloading, cert_dir.ca_cert), second.cert_pem)
+
+
 def test_a_vanished_file_keeps_the_old_certificate(cert_dir):
     reloading = tls.ReloadingContext(cert_dir.serving)
     cert_dir.serving.key.unlink()

@@ -106,6 +106,14 @@ class ReloadingContext:
                 log.warning("new certificate files not taken, keeping the current ones: %s", exc)
                 self._failed = seen
             return False
+        try:
+            settled = self._read() == seen
+        except TlsError:
+            settled = False
+        if not settled:
+            # The files changed while they were loaded (a Secret update renames them one by one): what
+            # was loaded may not be what `seen` holds. Take nothing now; the next poll sees them settled.
+            return False
         fresh.sni_callback = self._pick
         self._current = fresh
         self._seen = seen
