@@ -50,7 +50,8 @@ CALLS: dict[str, set[Grant]] = {
 }
 CALL_RE = re.compile(r"\.(" + "|".join(CALLS) + r")\b")
 API_LIKE_RE = re.compile(r"\.((?:list|read|create|patch|replace|delete)_(?:namespaced_)?[a-z_]+)\(")
-NOT_API = {"read_text", "read_bytes", "list_response", "read_limited"}  # local helpers that look like client calls
+# Local helpers whose names look like client calls.
+NOT_API = {"read_text", "read_bytes", "list_response", "read_limited"}
 WATCH_PATH_RE = re.compile(r"rest\.path\(\s*\"(pods|nodes)\"")
 
 
