@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import logging
 import signal
 import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,19 +17,6 @@ from tests.admission import samples
 from webhook.cli import main as cli_main
 from webhook.cli import serve_webhook
 from webhook.core import certificates
-
-
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """`main` configures the root logger for the process; put it back for the other tests."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
 
 
 def settings_for(argv: list[str]):

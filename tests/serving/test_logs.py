@@ -14,19 +14,7 @@ import pytest
 from webhook.serving import logs
 
 
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    for handler in handlers:
-        root.addHandler(handler)
-    root.setLevel(level)
-
-
-def test_json_lines_carry_message_level_and_fields(restore_logging):
+def test_json_lines_carry_message_level_and_fields():
     out = io.StringIO()
     logs.configure("info", "json", stream=out)
     logging.getLogger("webhook.test").info("review", extra={"fields": {"uid": "u-1", "verdict": "denied"}})
@@ -42,7 +30,7 @@ def test_json_lines_carry_message_level_and_fields(restore_logging):
     assert entry["ts"].endswith("+00:00")
 
 
-def test_json_lines_include_exceptions(restore_logging):
+def test_json_lines_include_exceptions():
     out = io.StringIO()
     logs.configure("error", "json", stream=out)
     try:
@@ -53,14 +41,14 @@ def test_json_lines_include_exceptions(restore_logging):
     assert "RuntimeError: boom" in entry["exc"]
 
 
-def test_text_format_appends_fields(restore_logging):
+def test_text_format_appends_fields():
     out = io.StringIO()
     logs.configure("debug", "text", stream=out)
     logging.getLogger("x").debug("hello", extra={"fields": {"a": 1}})
     assert out.getvalue().rstrip().endswith("DEBUG x: hello a=1")
 
 
-def test_uvicorn_access_log_is_silenced(restore_logging):
+def test_uvicorn_access_log_is_silenced():
     out = io.StringIO()
     logs.configure("info", "json", stream=out)
     logging.getLogger("uvicorn.access").info("GET / 200")
@@ -120,7 +108,7 @@ def test_emit_goes_through_logging_when_another_handler_listens(direct_logger, c
     assert json.loads(out.getvalue())["status"] == 400
 
 
-def test_emit_in_text_format_uses_the_text_formatter(restore_logging):
+def test_emit_in_text_format_uses_the_text_formatter():
     out = io.StringIO()
     logs.configure("info", "text", stream=out)
     logs.emit(logging.getLogger("x"), logging.INFO, "review", {"uid": "u-2"})

@@ -232,21 +232,7 @@ class Store:
         with self.cond:
             old = self._get(rt, *key)
             meta = old["metadata"]
-            if pre.get("uid") and pre["uid"] != meta["uid"]:
-                raise conflict(
-                    rt,
-                    name,
-                    f"Precondition failed: UID in precondition: {pre['uid']}, "
-                    f"UID in object meta: {meta['uid']}",
-                )
-            if pre.get("resourceVersion") and pre["resourceVersion"] != meta["resourceVersion"]:
-                raise conflict(
-                    rt,
-                    name,
-                    f"Precondition failed: ResourceVersion in precondition: "
-                    f"{pre['resourceVersion']}, ResourceVersion in object meta: "
-                    f"{meta['resourceVersion']}",
-                )
+            check_preconditions(rt, name, meta, pre.get("uid"), pre.get("resourceVersion"))
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return old
@@ -278,15 +264,7 @@ class Store:
         with self.cond:
             pod = self._get(rt, *key)
             meta = pod["metadata"]
-            if bmeta.get("uid") and bmeta["uid"] != meta["uid"]:
-                raise conflict(
-                    rt,
-                    name,
-                    f"Precondition failed: UID in precondition: {bmeta['uid']}, "
-                    f"UID in object meta: {meta['uid']}",
-                )
-            if bmeta.get("resourceVersion") and bmeta["resourceVersion"] != meta["resourceVersion"]:
-                raise conflict(rt, name, STALE)
+            check_preconditions(rt, name, meta, bmeta.get("uid"), bmeta.get("resourceVersion"))
             binding_rt = ResourceType("pods/binding", "Binding", "", "v1", True)
             spec = pod.get("spec") or {}
             if meta.get("deletionTimestamp"):
@@ -375,3 +353,18 @@ class Store:
         return [
             copy.deepcopy(o) for o in objs if namespace is None or o["metadata"].get("namespace") == namespace
         ]
+
+
+def check_preconditions(rt: ResourceType, name: str, meta: Obj, uid: Any, resource_version: Any) -> None:
+    """Delete options' and a Binding's UID / resourceVersion preconditions, with the server's 409 text."""
+    if uid and uid != meta["uid"]:
+        raise conflict(
+            rt, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}"
+        )
+    if resource_version and resource_version != meta["resourceVersion"]:
+        raise conflict(
+            rt,
+            name,
+            f"Precondition failed: ResourceVersion in precondition: {resource_version}, "
+            f"ResourceVersion in object meta: {meta['resourceVersion']}",
+        )
