@@ -178,6 +178,35 @@ def test_extender_leader_election_lease_matches_its_role(objects: list[dict[str,
     assert "POD_NAME" in env
 
 
+def test_extender_advertises_its_pod_ip_and_container_port_for_forwarded_binds(
+    objects: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from webhook.extender import settings as ext_settings  # noqa: PLC0415 - the extender may be absent
+
+    container = _container(objects, "Deployment", "-extender")
+    env = {e["name"]: e for e in container["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    (port,) = container["ports"]
+    # The kubelet expands $(POD_IP) in args from the container's env (a variable it defines).
+    expanded = [a.replace("$(POD_IP)", "10.244.1.7") for a in container["args"][1:]]
+    assert expanded != container["args"][1:]
+    monkeypatch.delenv("POD_IP", raising=False)
+    settings = serve_extender.settings_from(serve_extender.build_parser().parse_args(expanded))
+    assert settings.advertise_url == f"http://10.244.1.7:{port['containerPort']}"
+    assert settings.port == port["containerPort"]
+    assert settings.tls_cert is None  # the chart serves the extender over plain HTTP, hence http://
+    v6 = [a.replace("$(POD_IP)", "fd00:10:244::7") for a in container["args"][1:]]
+    v6_settings = serve_extender.settings_from(serve_extender.build_parser().parse_args(v6))
+    assert v6_settings.advertise_url == f"http://[fd00:10:244::7]:{port['containerPort']}"
+    assert ext_settings.advertise_url(settings.advertise_url) == settings.advertise_url
+
+
+def test_extender_on_another_port_advertises_that_port() -> None:
+    container = _container(render.render({"extender": {"port": 40123}}), "Deployment", "-extender")
+    assert container["ports"][0]["containerPort"] == 40123
+    assert "--advertise-url=http://$(POD_IP):40123" in container["args"]
+
+
 @pytest.mark.parametrize(
     ("gpu_memory", "unit"),
     [

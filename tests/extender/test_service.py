@@ -227,7 +227,9 @@ def test_only_the_leader_binds(cluster):
             cluster.put(pod("a", 4))
             cluster.wait_for(lambda: second.elector.holder == "a")  # type: ignore[union-attr]
             with httpx.Client(base_url=second.url, timeout=5) as client:
-                assert "not the leader (leader: a)" in bind(client, "a", "n2")
+                # No --advertise-url on a: b cannot forward (test_service_forwarding.py covers that).
+                error = bind(client, "a", "n2")
+                assert "not the leader (leader: a)" in error and "URL is unknown" in error
             with httpx.Client(base_url=first.url, timeout=5) as client:
                 assert bind(client, "a", "n2") == ""
             first.stop_feeds()  # releases the lease

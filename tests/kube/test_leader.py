@@ -150,6 +150,96 @@ def test_leader_that_cannot_reach_the_api_steps_down_after_the_renew_deadline(ap
         a.stop(release=False)
 
 
+URL = "gpushare.aliyun.com/extender-url"
+
+
+def lease_annotations(apiserver: ApiServer) -> dict[str, str]:
+    obj = apiserver.get("leases", "gpushare-extender", "kube-system")
+    assert obj is not None
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def test_holder_writes_its_annotations_when_it_creates_the_lease(apiserver):
+    a = leader.LeaderElector(apiserver.api, settings("a", annotations={URL: "http://10.0.0.1:39999"}))
+    assert a.try_acquire_or_renew()
+    assert lease_annotations(apiserver) == {URL: "http://10.0.0.1:39999"}
+    assert a.holder_annotations() == {URL: "http://10.0.0.1:39999"}
+
+
+def test_no_annotations_configured_writes_none(apiserver):
+    assert leader.LeaderElector(apiserver.api, settings("a")).try_acquire_or_renew()
+    assert lease_annotations(apiserver) == {}
+
+
+def test_renewal_merges_the_annotations_back_and_keeps_foreign_ones(apiserver):
+    a = leader.LeaderElector(apiserver.api, settings("a", annotations={URL: "http://a"}))
+    assert a.try_acquire_or_renew()
+    apiserver.edit(
+        "leases", "gpushare-extender", {"metadata": {"annotations": {URL: None, "x": "y"}}}, "kube-system"
+    )
+    assert a.try_acquire_or_renew()
+    assert lease_annotations(apiserver) == {URL: "http://a", "x": "y"}
+
+
+def test_a_follower_sees_the_holders_annotations_and_a_takeover_replaces_them(apiserver):
+    clock = Clock()
+    a = leader.LeaderElector(apiserver.api, settings("a", annotations={URL: "http://a"}), monotonic=clock)
+    b = leader.LeaderElector(apiserver.api, settings("b", annotations={URL: "http://b"}), monotonic=clock)
+    assert b.holder_annotations() == {}
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    assert b.holder_annotations() == {URL: "http://a"}
+    clock.now += 1.1  # a stopped renewing for a lease duration
+    assert b.try_acquire_or_renew()
+    assert lease_annotations(apiserver) == {URL: "http://b"}
+    assert b.holder_annotations() == {URL: "http://b"}
+    assert not a.try_acquire_or_renew()
+    assert a.holder_annotations() == {URL: "http://b"}
+
+
+def test_release_removes_only_the_holders_annotations(apiserver):
+    a = leader.LeaderElector(apiserver.api, settings("a", annotations={URL: "http://a"}))
+    b = leader.LeaderElector(apiserver.api, settings("b"))
+    assert a.try_acquire_or_renew()
+    apiserver.edit("leases", "gpushare-extender", {"metadata": {"annotations": {"x": "y"}}}, "kube-system")
+    assert not b.try_acquire_or_renew()
+    assert b.holder_annotations() == {URL: "http://a", "x": "y"}
+    assert a.release()
+    assert lease_annotations(apiserver) == {"x": "y"}
+    assert a.holder_annotations() == {}
+    assert b.try_acquire_or_renew()  # b has no annotations of its own: the foreign one stays
+    assert b.holder_annotations() == {"x": "y"}
+
+
+def test_annotations_of_a_released_lease_name_no_holder(apiserver):
+    """An old release left an annotation behind: with no holder it describes nobody."""
+    a = leader.LeaderElector(apiserver.api, settings("a", annotations={URL: "http://a"}))
+    b = leader.LeaderElector(apiserver.api, settings("b"), monotonic=Clock())
+    assert a.try_acquire_or_renew()
+    apiserver.edit("leases", "gpushare-extender", {"spec": {"holderIdentity": ""}}, "kube-system")
+    apiserver.fail_next("update", "leases", status=409)
+    assert not b.try_acquire_or_renew()
+    assert lease_annotations(apiserver) == {URL: "http://a"}
+    assert b.holder_annotations() == {}
+
+
+def test_holder_annotations_can_be_read_while_campaigning(apiserver):
+    a = leader.LeaderElector(apiserver.api, settings("a", annotations={URL: "http://a"})).start()
+    b = leader.LeaderElector(apiserver.new_client(), settings("b", annotations={URL: "http://b"}))
+    try:
+        apiserver.wait_for(a.is_leader, what="a leads")
+        b.start()
+        apiserver.wait_for(lambda: b.holder_annotations() == {URL: "http://a"}, what="b sees a's URL")
+        deadline = time.monotonic() + 0.2
+        while time.monotonic() < deadline:  # readers never see a half-built map
+            assert b.holder_annotations() in ({URL: "http://a"}, {URL: "http://b"})
+        a.stop(release=True)
+        apiserver.wait_for(lambda: b.holder_annotations() == {URL: "http://b"}, what="b's own URL")
+    finally:
+        a.stop(release=False)
+        b.stop(release=False)
+
+
 @pytest.mark.parametrize(
     ("kw", "problem"),
     [

@@ -47,14 +47,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="largest request body accepted"
     )
+    p.add_argument(
+        "--advertise-url",
+        type=_url,
+        help="URL where the other replicas reach this one, published on the Lease while leading so that "
+        "followers forward bind to it (default http(s)://$POD_IP:<port> when POD_IP is set)",
+    )
+    p.add_argument(
+        "--forward-ca",
+        help="CA bundle (PEM) that verifies an HTTPS leader's certificate when forwarding bind "
+        "(default: the system trust store)",
+    )
+    p.add_argument(
+        "--forward-server-name",
+        default="",
+        help="name the HTTPS leader's certificate must carry (default: the host of its advertised URL)",
+    )
     p.add_argument("--log-level", choices=logs.LEVELS, default="info")
     p.add_argument("--log-format", choices=logs.FORMATS, default="json")
     return p
 
 
+def _url(value: str) -> str:
+    try:
+        return ext_settings.advertise_url(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
     if bool(args.tls_cert) != bool(args.tls_key):
         raise SystemExit("gpushare extender: --tls-cert and --tls-key go together")
+    advertise = args.advertise_url
+    if advertise is None:
+        try:
+            advertise = ext_settings.default_advertise_url(
+                os.environ.get("POD_IP", ""), args.port, tls=bool(args.tls_cert)
+            )
+        except ValueError as err:
+            raise SystemExit(f"gpushare extender: POD_IP: {err}") from None
     return ext_settings.ExtenderSettings(
         host=args.host,
         port=args.port,
@@ -71,6 +102,9 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
             lease_namespace=args.lease_namespace,
             identity=args.identity,
         ),
+        advertise_url=advertise,
+        forward_ca=Path(args.forward_ca) if args.forward_ca else None,
+        forward_server_name=args.forward_server_name,
         log_level=args.log_level,
         log_format=args.log_format,
     )

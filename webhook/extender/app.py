@@ -2,7 +2,8 @@
 
 Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error` (filter, bind), as
 kube-scheduler expects (contracts §5.2). Prioritize has no Error field: bad input gets 400 with one,
-and the scheduler then ignores our scores, as it does for any prioritize error.
+and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards bind
+to the leader (`forward.py`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
@@ -26,7 +27,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from webhook import __version__
-from webhook.extender import scheduling, wire
+from webhook.extender import forward, scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache, NodeView
 from webhook.extender.settings import ExtenderSettings
@@ -47,10 +48,12 @@ class JSONResponse(StarletteJSONResponse):
 
 @dataclass
 class Leadership:
-    """Who binds: `is_leader()` and the current holder's identity (for the follower's message)."""
+    """Who binds: `is_leader()`, the current holder's identity (for messages) and the URL it published
+    on the Lease (where a follower forwards bind; "" when unknown)."""
 
     is_leader: Callable[[], bool] = lambda: True
     holder: Callable[[], str] = lambda: ""
+    leader_url: Callable[[], str] = lambda: ""
 
 
 @dataclass
@@ -116,6 +119,20 @@ def build_app(
     # Binds wait on the API server, so they run on threads; a plain executor hands work over for about
     # half the CPU of Starlette's run_in_threadpool (anyio), which was a third of a bind's HTTP cost.
     binds = ThreadPoolExecutor(max_workers=settings.bind_workers, thread_name_prefix="extender-bind")
+    forwarder = forward.Forwarder(
+        settings.url_prefix,
+        timeout_s=settings.forward_timeout_s,
+        ca_file=settings.forward_ca,
+        server_name=settings.forward_server_name,
+    )
+    forwarded = Counter(
+        "forwarded_binds",
+        "Binds this follower forwarded to the leader, by outcome.",
+        ["outcome"],
+        namespace=METRICS_NAMESPACE,
+        registry=ext.registry,
+    )
+    forwarded_by_outcome = {outcome: forwarded.labels(outcome) for outcome in forward.OUTCOMES}
 
     @contextlib.asynccontextmanager
     async def serving(app: Starlette) -> AsyncIterator[None]:
@@ -151,21 +168,45 @@ def build_app(
         request_metrics.observe("prioritize", "ok", time.perf_counter() - started)
         return JSONResponse(wire.host_priority_list(scores))
 
+    async def forward_bind(request: Request, args: wire.BindingArgs, body: bytes) -> str:
+        """A follower's bind: the leader's answer, or why it could not be had."""
+        holder = ext.leadership.holder() or "unknown"
+        not_leader = f"this gpushare extender replica is not the leader (leader: {holder})"
+        if request.headers.get(forward.FORWARDED_HEADER):
+            return f"{not_leader} and the bind was already forwarded once; retry"
+        url = ext.leadership.leader_url()
+        if not url:
+            annotation = forward.LEADER_URL_ANNOTATION
+            result = forward.Forwarded(
+                forward.NO_LEADER_URL,
+                f"the leader's URL is unknown (no {annotation} annotation on the Lease)",
+            )
+        elif url == settings.advertise_url:  # we were the leader and the Lease still says so
+            result = forward.Forwarded(forward.NO_LEADER_URL, "the Lease still names this replica's URL")
+        else:
+            result = await asyncio.get_running_loop().run_in_executor(binds, forwarder.bind, url, body)
+        forwarded_by_outcome[result.outcome].inc()
+        if result.outcome in (forward.BOUND, forward.REFUSED):
+            return result.error
+        log.warning(
+            "forwarding bind failed",
+            extra={"fields": {"pod": args.key, "leader": url, "error": result.error}},
+        )
+        return f"{not_leader}; {result.error}; retry"
+
     async def bind(request: Request) -> Response:
         started = time.perf_counter()
         try:
-            args = wire.binding_args(wire.parse_json(await body_limit.read_limited(request, limit)))
+            body = await body_limit.read_limited(request, limit)
+            args = wire.binding_args(wire.parse_json(body))
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("bind", "bad_request", time.perf_counter() - started)
             return JSONResponse(wire.binding_result(str(err)))
         if not ext.leadership.is_leader():
-            holder = ext.leadership.holder() or "unknown"
-            request_metrics.observe("bind", "not_leader", time.perf_counter() - started)
-            return JSONResponse(
-                wire.binding_result(
-                    f"this gpushare extender replica is not the leader (leader: {holder}); retry"
-                )
-            )
+            error = await forward_bind(request, args, body)
+            outcome = "not_leader" if request.headers.get(forward.FORWARDED_HEADER) else "forwarded"
+            request_metrics.observe("bind", outcome, time.perf_counter() - started)
+            return JSONResponse(wire.binding_result(error))
         error = await asyncio.get_running_loop().run_in_executor(binds, ext.binder.bind, args)
         request_metrics.observe("bind", "error" if error else "ok", time.perf_counter() - started)
         if error:

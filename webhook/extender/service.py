@@ -1,18 +1,21 @@
 """The extender's lifecycle: API client, cache watches, leader election and the HTTP(S) server.
 
 `run(settings)` serves until SIGINT/SIGTERM; `Extender(settings, api).start()` does the same in
-background threads (tests, bench). Readiness waits for the first list of nodes and pods.
+background threads (tests, bench). Readiness waits for the first list of nodes and pods. With leader
+election the leader publishes `advertise_url` on the Lease, where followers forward binds.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import socket
 import threading
 from pathlib import Path
 from typing import Any
 
 from webhook.extender import app as app_mod
+from webhook.extender import forward
 from webhook.extender.binder import Binder, KubeBindingApi
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
@@ -20,6 +23,8 @@ from webhook.kube import client as kube_client
 from webhook.kube import leader, rest, watch
 from webhook.serving import tls
 from webhook.serving.server import AppServer, ServeOptions
+
+log = logging.getLogger(__name__)
 
 # Young-generation threshold: the default (700) runs a collection every few requests at 5,000 names
 # each; the cache's objects are long-lived, so collecting them young is wasted work.
@@ -41,8 +46,16 @@ class Extender:
         self.elector: leader.LeaderElector | None = None
         leadership = app_mod.Leadership()
         if settings.leader.enabled:
+            if not settings.advertise_url:
+                log.warning(
+                    "no --advertise-url (nor POD_IP): while leading, followers cannot forward binds here"
+                )
             elector = self.elector = leader.LeaderElector(api, _leader_settings(settings))
-            leadership = app_mod.Leadership(elector.is_leader, lambda: elector.holder)
+            leadership = app_mod.Leadership(
+                elector.is_leader,
+                lambda: elector.holder,
+                lambda: elector.holder_annotations().get(forward.LEADER_URL_ANNOTATION, ""),
+            )
         self.app = app_mod.ExtenderApp(self.cache, self.binder, settings, leadership)
         serving_tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
@@ -103,6 +116,7 @@ def _leader_settings(settings: ExtenderSettings) -> leader.LeaderSettings:
         lease_duration=s.lease_duration_s,
         renew_deadline=s.renew_deadline_s,
         retry_period=s.retry_period_s,
+        annotations={forward.LEADER_URL_ANNOTATION: settings.advertise_url} if settings.advertise_url else {},
     )
 
 

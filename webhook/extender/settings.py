@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from webhook.core import allocator, resources
 
@@ -42,5 +44,46 @@ class ExtenderSettings:
     bind_workers: int = 32  # threads for binds in flight (each waits on the API server)
     bind_backoff_s: float = 0.05
     leader: LeaderSettings = field(default_factory=LeaderSettings)
+    # Where the other replicas reach this one (published on the Lease while leading); "" publishes none.
+    advertise_url: str = ""
+    forward_ca: Path | None = None  # CA bundle for HTTPS binds forwarded to the leader; None: system store
+    forward_server_name: str = ""  # name the leader's certificate must carry; "": the host of its URL
+    # Below kube-scheduler's default httpTimeout (5 s), so a follower answers before the scheduler gives up.
+    forward_timeout_s: float = 3.0
     log_level: str = "info"
     log_format: str = "json"
+
+
+def default_advertise_url(pod_ip: str, port: int, tls: bool) -> str:
+    """`http(s)://<pod_ip>:<port>` (IPv6 in brackets), or "" without a pod IP."""
+    if not pod_ip:
+        return ""
+    return advertise_url(f"{'https' if tls else 'http'}://{pod_ip}:{port}")
+
+
+def advertise_url(value: str) -> str:
+    """A replica's base URL, `http(s)://host:port`, checked; a bare IPv6 host (as `http://$(POD_IP):port`
+    expands to in an IPv6 cluster) is put in brackets. ValueError says what is wrong."""
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(f"{value!r} is not a URL")
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme not in ("http", "https"):
+        raise ValueError(f"{value!r} is not an http:// or https:// URL")
+    host, colon, port = rest.rpartition(":")
+    if colon and ":" in host and not host.startswith("["):
+        with_brackets = f"[{host}]"
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            with_brackets = host
+        rest = f"{with_brackets}:{port}"
+    parts = urlsplit(f"{scheme}://{rest}")
+    try:
+        port_number = parts.port
+    except ValueError:
+        raise ValueError(f"{value!r} has a bad port") from None
+    if not parts.hostname or port_number is None:
+        raise ValueError(f"{value!r} needs a host and a port")
+    if parts.path.strip("/") or parts.query or parts.fragment or parts.username:
+        raise ValueError(f"{value!r} must be only scheme, host and port")
+    return f"{scheme}://{rest}".rstrip("/")

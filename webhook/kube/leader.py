@@ -3,7 +3,8 @@
 A candidate takes the Lease when it is free, released, or not renewed for `lease_duration` as observed on
 its own clock (never the holder's clock); the leader renews every `retry_period` and steps down when it
 could not renew within `renew_deadline`. Optimistic concurrency (resourceVersion) settles races: a 409
-means someone else won this round.
+means someone else won this round. The holder also keeps its `annotations` on the Lease (e.g. its URL), so
+followers can find it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kubernetes.client
@@ -34,6 +35,9 @@ class LeaderSettings:
     lease_duration: float = 15.0  # seconds a follower waits, after the last renewal it saw, to take over
     renew_deadline: float = 10.0  # the leader steps down when it has not renewed for this long
     retry_period: float = 2.0  # between attempts to acquire or renew
+    # Written into the Lease's metadata.annotations on every create, takeover and renewal (merged: other
+    # annotations stay); removed again on release.
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.identity:
@@ -73,6 +77,7 @@ class LeaderElector:
         self._last_renew = float("-inf")  # monotonic time of our last successful acquire/renew
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
         self._observed_at = 0.0  # monotonic time when `_observed` last changed
+        self._holder_annotations: dict[str, str] = {}  # of the last Lease seen, when it had a holder
         self.holder = ""  # the holder identity last seen on the Lease
         self.last_error: errors.ApiError | None = None
 
@@ -83,6 +88,17 @@ class LeaderElector:
         with self._lock:
             fresh = self._monotonic() - self._last_renew < self.settings.renew_deadline
             return self._leading and fresh
+
+    def holder_annotations(self) -> dict[str, str]:
+        """The annotations of the Lease as last seen (read or written by us); empty while nobody holds it."""
+        with self._lock:
+            return dict(self._holder_annotations)
+
+    def _saw(self, lease: Obj) -> None:
+        holder = (lease.get("spec") or {}).get("holderIdentity")
+        notes = (lease.get("metadata") or {}).get("annotations") or {}
+        with self._lock:
+            self._holder_annotations = {str(k): str(v) for k, v in notes.items()} if holder else {}
 
     @property
     def _path(self) -> str:
@@ -123,7 +139,7 @@ class LeaderElector:
             body = {
                 "apiVersion": f"{GROUP}/{VERSION}",
                 "kind": "Lease",
-                "metadata": {"name": s.name, "namespace": s.namespace},
+                "metadata": self._metadata({"name": s.name, "namespace": s.namespace}),
                 "spec": self._spec(now_wall, acquire=now_wall, transitions=0),
             }
             collection = rest.path("leases", namespace=s.namespace, group=GROUP, version=VERSION)
@@ -132,7 +148,9 @@ class LeaderElector:
             except errors.ConflictError:
                 return False  # another candidate created it first
             self.holder = s.identity
+            self._saw(body)
             return True
+        self._saw(lease)
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
         record = (holder, str(spec.get("renewTime") or ""))
@@ -145,14 +163,26 @@ class LeaderElector:
         ours = holder == s.identity
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if ours else 1)
         acquire = spec.get("acquireTime") if ours else None
-        new = {**lease, "spec": self._spec(now_wall, acquire=acquire or now_wall, transitions=transitions)}
+        new = {
+            **lease,
+            "metadata": self._metadata(lease.get("metadata") or {}),
+            "spec": self._spec(now_wall, acquire=acquire or now_wall, transitions=transitions),
+        }
         try:
             rest.request(self.api, "PUT", self._path, body=new)  # carries resourceVersion: 409 if raced
         except errors.ConflictError:
             return False
         self.holder = s.identity
+        self._saw(new)
         self._observed, self._observed_at = (s.identity, new["spec"]["renewTime"]), now
         return True
+
+    def _metadata(self, metadata: Obj) -> Obj:
+        """`metadata` with our annotations merged in (the others kept)."""
+        if not self.settings.annotations:
+            return metadata
+        notes = {**(metadata.get("annotations") or {}), **self.settings.annotations}
+        return {**metadata, "annotations": notes}
 
     def _spec(self, now_wall: float, *, acquire: float | str, transitions: int) -> Obj:
         return {
@@ -181,7 +211,16 @@ class LeaderElector:
                     "leaseDurationSeconds": 1,
                     "renewTime": _micro_time(now_wall),
                 }
-                rest.request(self.api, "PUT", self._path, body={**lease, "spec": new_spec})
+                metadata = dict(lease.get("metadata") or {})
+                if self.settings.annotations and metadata.get("annotations"):
+                    # Our annotations describe a holder; once released they would point at a non-leader.
+                    kept = {
+                        k: v for k, v in metadata["annotations"].items() if k not in self.settings.annotations
+                    }
+                    metadata["annotations"] = kept
+                released_lease = {**lease, "metadata": metadata, "spec": new_spec}
+                rest.request(self.api, "PUT", self._path, body=released_lease)
+                self._saw(released_lease)
                 released = True
         except errors.ApiError as exc:
             self.last_error = exc

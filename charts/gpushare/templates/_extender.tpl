@@ -8,6 +8,9 @@
 - --leader-elect
 - --lease-name={{ .Values.extender.leaderElection.leaseName }}
 - --lease-namespace={{ .Release.Namespace }}
+{{- /* Followers forward bind to the leader at the URL it publishes on the Lease; the kubelet expands
+$(POD_IP) from the container's env. The extender serves plain HTTP in this chart. */}}
+- --advertise-url=http://$(POD_IP):{{ .Values.extender.port }}
 {{- end }}
 - --log-format={{ .Values.logFormat }}
 - --log-level={{ .Values.logLevel }}
