@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import importlib
+import json
 import ssl
 from datetime import UTC, datetime
 from typing import Any
@@ -120,3 +121,60 @@ def test_helm_upgrade_keeps_the_installed_ca_bundle() -> None:
     helpers = (render.CHART / "templates" / "_helpers.tpl").read_text()
     body = helpers.split('define "gpushare.webhook.caBundle"')[1].split("{{- end }}\n")[0]
     assert body.index('lookup "admissionregistration.k8s.io/v1"') < body.index('lookup "v1" "Secret"')
+
+
+def _certgen(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    matches = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(matches) == 1, f"{kind} {name}: {len(matches)} rendered"
+    return matches[0]
+
+
+def test_renewal_cronjob_runs_the_hook_jobs_pod_as_a_standing_identity_with_the_same_rules() -> None:
+    objects = render.render()
+    hook_name = f"{render.RELEASE}-gpushare-certgen"
+    renew_name = f"{hook_name}-renew"
+    job_pod = render.find(objects, "Job", "-certgen")["spec"]["template"]["spec"]
+    cron = _certgen(objects, "CronJob", renew_name)
+    assert cron["spec"]["schedule"] == "17 3 * * *"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    cron_pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert cron_pod["serviceAccountName"] == renew_name
+    assert {**cron_pod, "serviceAccountName": None} == {**job_pod, "serviceAccountName": None}
+    for kind in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"):
+        hook = _certgen(objects, kind, hook_name)
+        renew = _certgen(objects, kind, renew_name)
+        assert "helm.sh/hook" in hook["metadata"].get("annotations", {})  # deleted once the hook succeeds
+        assert "annotations" not in renew["metadata"]  # stays for the CronJob
+        for key in ("rules", "subjects", "roleRef"):
+            if key in hook:
+                assert json.dumps(renew[key]).replace(renew_name, hook_name) == json.dumps(hook[key])
+
+
+def test_empty_renew_schedule_renders_no_standing_certgen_objects() -> None:
+    objects = render.render({"certificates": {"selfManaged": {"renewSchedule": ""}}})
+    assert not [o for o in objects if o["metadata"]["name"].endswith("-certgen-renew")]
+    assert render.find(objects, "Job", "-certgen")
+
+
+def test_renewal_cronjob_renews_a_certificate_close_to_expiry(apiserver: ApiServer) -> None:
+    objects = render.render()
+    for config in _configurations(objects):
+        apiserver.put(config)
+    cron = _certgen(objects, "CronJob", f"{render.RELEASE}-gpushare-certgen-renew")
+    args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][1:]
+    assert ensure_certs.main([*args, "--server", apiserver.url, "--log-format=text"]) == 0
+    secret_name = f"{render.RELEASE}-gpushare-webhook-tls"
+    first = apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.crt"]
+    assert ensure_certs.main([*args, "--server", apiserver.url, "--log-format=text"]) == 0
+    assert apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.crt"] == first  # still valid
+    # A later run that finds the 365-day certificate inside its renewal window (as one 335 days on would).
+    renew_all = [a for a in args if not a.startswith(("--renew-before-days=", "--valid-days="))]
+    renew_all += ["--valid-days=400", "--renew-before-days=366"]
+    assert ensure_certs.main([*renew_all, "--server", apiserver.url, "--log-format=text"]) == 0
+    renewed = apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.crt"]
+    assert renewed != first
+    for config in _configurations(objects):
+        stored = apiserver.get(config["kind"].lower() + "s", config["metadata"]["name"])
+        for hook in stored["webhooks"]:
+            key = base64.b64decode(apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.key"])
+            _assert_bundle_verifies(hook["clientConfig"]["caBundle"], base64.b64decode(renewed), key)

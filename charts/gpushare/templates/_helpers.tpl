@@ -183,6 +183,59 @@ matchConditions:
 {{- end }}
 
 {{/* Hook annotations of the self-managed certificate Job and its RBAC (weights order RBAC first). */}}
+{{/* The certgen identities: the hook run on install/upgrade (its objects are deleted after it succeeds) and,
+with certificates.selfManaged.renewSchedule, the standing one the renewal CronJob runs as. */}}
+{{- define "gpushare.certgen.flavors" -}}
+- {name: {{ include "gpushare.certgen.name" . | quote }}, hook: true}
+{{- if .Values.certificates.selfManaged.renewSchedule }}
+- {name: {{ printf "%s-renew" (include "gpushare.certgen.name" .) | quote }}, hook: false}
+{{- end }}
+{{- end }}
+
+{{/* The ensure-certs pod of the hook Job and of the renewal CronJob: (dict "root" $ "serviceAccount" NAME). */}}
+{{- define "gpushare.certgen.podSpec" -}}
+{{- $root := .root }}
+{{- $c := $root.Values.certificates.selfManaged -}}
+restartPolicy: OnFailure
+serviceAccountName: {{ .serviceAccount }}
+automountServiceAccountToken: true
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- include "gpushare.podSecurityContext" $root | nindent 2 }}
+containers:
+  - name: ensure-certs
+    image: {{ include "gpushare.image" $root }}
+    imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+    args:
+      - ensure-certs
+      - --namespace={{ $root.Release.Namespace }}
+      - --secret={{ include "gpushare.webhook.tlsSecret" $root }}
+      {{- range (include "gpushare.webhook.dnsNames" $root | fromYamlArray) }}
+      - --service-dns={{ . }}
+      {{- end }}
+      - --mutating-webhook-configuration={{ include "gpushare.webhook.mutatingName" $root }}
+      - --validating-webhook-configuration={{ include "gpushare.webhook.validatingName" $root }}
+      - --ca-valid-days={{ $c.caValidityDays }}
+      - --valid-days={{ $c.validityDays }}
+      - --renew-before-days={{ $c.renewBeforeDays }}
+      - --log-format={{ $root.Values.logFormat }}
+    resources:
+      {{- toYaml $c.resources | nindent 6 }}
+    securityContext:
+      {{- include "gpushare.securityContext" $root | nindent 6 }}
+{{- with $root.Values.webhook.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $root.Values.webhook.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
 {{- define "gpushare.certgen.hookAnnotations" -}}
 helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
 helm.sh/hook-weight: {{ .weight | quote }}
