@@ -164,17 +164,24 @@ def test_renewal_cronjob_renews_a_certificate_close_to_expiry(apiserver: ApiServ
     args = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"][1:]
     assert ensure_certs.main([*args, "--server", apiserver.url, "--log-format=text"]) == 0
     secret_name = f"{render.RELEASE}-gpushare-webhook-tls"
-    first = apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.crt"]
+
+    def secret_data(key: str) -> str:
+        secret = apiserver.get("secrets", secret_name, render.NAMESPACE)
+        assert secret is not None
+        return str(secret["data"][key])
+
+    first = secret_data("tls.crt")
     assert ensure_certs.main([*args, "--server", apiserver.url, "--log-format=text"]) == 0
-    assert apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.crt"] == first  # still valid
+    assert secret_data("tls.crt") == first  # still valid: kept
     # A later run that finds the 365-day certificate inside its renewal window (as one 335 days on would).
     renew_all = [a for a in args if not a.startswith(("--renew-before-days=", "--valid-days="))]
     renew_all += ["--valid-days=400", "--renew-before-days=366"]
     assert ensure_certs.main([*renew_all, "--server", apiserver.url, "--log-format=text"]) == 0
-    renewed = apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.crt"]
+    renewed = secret_data("tls.crt")
     assert renewed != first
     for config in _configurations(objects):
         stored = apiserver.get(config["kind"].lower() + "s", config["metadata"]["name"])
+        assert stored is not None
         for hook in stored["webhooks"]:
-            key = base64.b64decode(apiserver.get("secrets", secret_name, render.NAMESPACE)["data"]["tls.key"])
+            key = base64.b64decode(secret_data("tls.key"))
             _assert_bundle_verifies(hook["clientConfig"]["caBundle"], base64.b64decode(renewed), key)
