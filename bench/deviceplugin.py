@@ -8,7 +8,6 @@ Run: .venv/bin/python bench/deviceplugin.py
 
 from __future__ import annotations
 
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.standins.apiserver import pod_manifest
 from tests.standins.kubelet import Kubelet
+from tests.standins.loopback import free_port
 from webhook.core import annotations as ann
 from webhook.core import devices, resources
 from webhook.deviceplugin import allocator, inventory, podsource, registration, server, state
@@ -52,9 +52,7 @@ class RemoteApi:
     """The API stand-in in its own process, as a real API server would be (not competing for our GIL)."""
 
     def __init__(self) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         root = Path(__file__).resolve().parents[1]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.standins.apiserver", "--port", str(port)],

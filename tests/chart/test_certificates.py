@@ -185,3 +185,9 @@ def test_renewal_cronjob_renews_a_certificate_close_to_expiry(apiserver: ApiServ
         for hook in stored["webhooks"]:
             key = base64.b64decode(secret_data("tls.key"))
             _assert_bundle_verifies(hook["clientConfig"]["caBundle"], base64.b64decode(renewed), key)
+
+
+@pytest.mark.parametrize("schedule", ["daily", "17 3 * *", 5], ids=["word", "four-fields", "number"])
+def test_a_malformed_renew_schedule_is_refused_by_the_schema(schedule: object) -> None:
+    error = render.render_error({"certificates": {"selfManaged": {"renewSchedule": schedule}}})
+    assert "renewSchedule" in error

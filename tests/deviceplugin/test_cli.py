@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -13,6 +12,7 @@ import pytest
 
 from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
+from tests.standins.loopback import free_port
 from webhook.cli import serve_device_plugin
 
 
@@ -51,17 +51,11 @@ def test_unusable_inventory_exits_1(monkeypatch, capsys, tmp_path):
     assert "--fake-gpus" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apiserver, tmp_path):
     apiserver.add_node("n1")
     plugin_dir = short_dir(tmp_path)
     kubelet = Kubelet(plugin_dir).start()
-    port = _free_port()
+    port = free_port()
     argv = [
         sys.executable,
         "-m",

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.extender.factory import FakeApi, node, pod
+from tests.standins.loopback import free_port
 from webhook.extender import app as app_mod
 from webhook.extender import forward
 from webhook.extender.binder import Binder
@@ -192,9 +193,7 @@ def test_a_lease_still_naming_this_replica_is_not_followed(replicas, stub):
 
 
 def test_unreachable_leader_is_a_clear_error(replicas):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again: nothing listens there
+    port = free_port()  # nothing listens there
     follower = replicas(leading=False)
     follower.url_of_leader = f"http://127.0.0.1:{port}"
     error = follower.post_bind()

@@ -34,14 +34,6 @@ def start(apiserver: ApiServer, **leader: object) -> Extender:
 
 
 @pytest.fixture
-def cluster(apiserver: ApiServer) -> ApiServer:
-    apiserver.put(node("n1", 16, 8))
-    apiserver.put(node("n2", 16))
-    apiserver.put(pod("running", 6, node_name="n1", placed={0: {0: 6}}, phase="Running"))
-    return apiserver
-
-
-@pytest.fixture
 def extender(cluster: ApiServer) -> Iterator[Extender]:
     ext = start(cluster)
     yield ext

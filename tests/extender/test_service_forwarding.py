@@ -4,14 +4,14 @@ once, by the leader found through its Lease annotation, also after leadership mo
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
 
-from tests.extender.factory import node, pod
+from tests.extender.factory import pod
 from tests.standins.apiserver import ApiServer
+from tests.standins.loopback import free_port
 from webhook.core import resources
 from webhook.extender import forward
 from webhook.extender.service import Extender
@@ -21,28 +21,12 @@ PREFIX = "/gpushare-scheduler"
 LEASE = "gpushare-extender"
 
 
-def free_port() -> int:
-    # The advertised URL must be known before the server binds, so the port is picked up front.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-def cluster(apiserver: ApiServer) -> ApiServer:
-    apiserver.put(node("n1", 16, 8))
-    apiserver.put(node("n2", 16))
-    apiserver.put(pod("running", 6, node_name="n1", placed={0: {0: 6}}, phase="Running"))
-    return apiserver
-
-
 @pytest.fixture
 def replica(cluster: ApiServer) -> Iterator[Callable[[str], Extender]]:
     started: list[Extender] = []
 
     def start(identity: str) -> Extender:
-        port = free_port()
+        port = free_port()  # the advertised URL must be known before the server binds
         settings = ExtenderSettings(
             host="127.0.0.1",
             port=port,
