@@ -116,6 +116,32 @@ def generate_serving(
     return KeyPair(cert_pem=cert.public_bytes(serialization.Encoding.PEM), key_pem=_key_pem(key))
 
 
+def generate_client(
+    ca: KeyPair,
+    common_name: str,
+    organizations: Sequence[str],
+    now: datetime,
+    valid_days: int = 365,
+) -> KeyPair:
+    """A client certificate signed by `ca`: CN is the user name, each O a group, as the API server
+    reads an x509 client identity (O=system:masters is cluster admin)."""
+    ca_cert = load_certificate(ca.cert_pem)
+    ca_key = _load_signing_key(ca.key_pem)
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
+    attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        _builder(x509.Name(attributes), ca_cert.subject, key.public_key(), now, valid_days)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    return KeyPair(cert_pem=cert.public_bytes(serialization.Encoding.PEM), key_pem=_key_pem(key))
+
+
 def needs_renewal(cert_pem: bytes, now: datetime, dns_names: Sequence[str], before: timedelta) -> bool:
     """True when the certificate is unreadable, not yet valid, expires within `before` of `now`, or
     lacks any of `dns_names` among its DNS SANs."""

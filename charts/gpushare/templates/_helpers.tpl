@@ -55,6 +55,23 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "gpushare.devicePlugin.name" -}}{{ include "gpushare.fullname" . }}-device-plugin{{- end }}
 {{- define "gpushare.tests.name" -}}{{ include "gpushare.fullname" . }}-test{{- end }}
 
+{{/* The webhook runs in the cluster (a Deployment behind a Service), not at webhook.url. */}}
+{{- define "gpushare.webhook.inCluster" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.url) }}true{{ end }}
+{{- end }}
+
+{{/* webhook.url: only provided certificates fit (no Service to issue for); caCrt is the caBundle. */}}
+{{- define "gpushare.webhook.checkUrl" -}}
+{{- if .Values.webhook.url }}
+{{- if ne .Values.certificates.mode "provided" }}
+{{- fail "webhook.url needs certificates.mode=provided: give certificates.provided.caCrt, the CA of the URL's certificate" }}
+{{- end }}
+{{- if not .Values.certificates.provided.caCrt }}
+{{- fail "webhook.url needs certificates.provided.caCrt, the CA of the URL's certificate (PEM)" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
 {{/* The DNS names the API server uses for the webhook Service (it dials <svc>.<ns>.svc). */}}
 {{- define "gpushare.webhook.dnsNames" -}}
 {{- $svc := include "gpushare.webhook.name" . -}}
@@ -111,11 +128,15 @@ annotations:
 {{/* clientConfig of a webhook; call with (list $ "/path"). */}}
 {{- define "gpushare.webhook.clientConfig" -}}
 {{- $root := index . 0 -}}
+{{- if $root.Values.webhook.url }}
+url: {{ printf "%s%s" $root.Values.webhook.url (index . 1) | quote }}
+{{- else }}
 service:
   namespace: {{ $root.Release.Namespace }}
   name: {{ include "gpushare.webhook.name" $root }}
   path: {{ index . 1 }}
   port: 443
+{{- end }}
 {{- $ca := include "gpushare.webhook.caBundle" $root }}
 {{- if $ca }}
 caBundle: {{ $ca }}

@@ -1,0 +1,39 @@
+"""GPU memory per GPU as the API server stores it, for the invariant every placement test checks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from webhook.core import annotations as ann
+
+Obj = dict[str, Any]
+
+
+def per_gpu(pods: list[Obj]) -> dict[tuple[str, int], int]:
+    """(node, GPU index) -> GiB placed there by the stored, bound pods' allocation annotations."""
+    used: dict[tuple[str, int], int] = defaultdict(int)
+    for pod in pods:
+        node = pod["spec"].get("nodeName")
+        placement = ann.decode(pod["metadata"].get("annotations"))
+        if node and placement is not None:
+            for gpu, amount in placement.allocation.per_gpu().items():
+                used[(node, gpu)] += amount
+    return dict(used)
+
+
+def check_invariant(pods: list[Obj], capacity: dict[str, int]) -> dict[tuple[str, int], int]:
+    """Σ per GPU ≤ its capacity (`capacity`: node -> GiB per GPU), every bound GPU pod placed exactly
+    once (one UID, one allocation annotation), every placed pod bound."""
+    uids = [p["metadata"]["uid"] for p in pods]
+    assert len(uids) == len(set(uids)), "a pod is listed twice"
+    for pod in pods:
+        placement = ann.decode(pod["metadata"].get("annotations"))
+        bound = bool(pod["spec"].get("nodeName"))
+        assert bound == (placement is not None), (
+            f"{pod['metadata']['name']}: bound={bound} placed={placement}"
+        )
+    used = per_gpu(pods)
+    over = {key: gib for key, gib in used.items() if gib > capacity[key[0]]}
+    assert not over, f"over-committed GPUs (node, index) -> GiB: {over}"
+    return used

@@ -1,0 +1,178 @@
+"""etcd and kube-apiserver on 127.0.0.1, started as a real cluster's control plane is, minus kubelets.
+
+TLS everywhere the API server serves, RBAC and Node authorization, bound service-account tokens, and the
+default admission plugins, save the one that waits for a kubelet (see `_DISABLED_ADMISSION`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import tempfile
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.devcluster import pki as pkimod
+from webhook.devcluster.process import Process
+
+SERVICE_RANGE = "10.0.0.0/24"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+# TaintNodesByCondition taints every new Node not-ready until a kubelet reports Ready and the node
+# lifecycle controller lifts it; with no kubelet here, nothing could ever be scheduled.
+_DISABLED_ADMISSION = ("TaintNodesByCondition",)
+# NodeRestriction is not on by default but every real cluster runs it (kubeadm, kops, managed ones).
+_ENABLED_ADMISSION = ("NodeRestriction",)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class ControlPlane:
+    """`start()` brings up etcd and kube-apiserver under `workdir`; `stop()` ends both (idempotent)."""
+
+    bins: Path
+    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpushare-cp-")))
+    processes: list[Process] = field(default_factory=list)
+    port: int = 0
+    pki: pkimod.Pki | None = None
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    @property
+    def logs(self) -> Path:
+        return self.workdir / "logs"
+
+    @property
+    def admin_kubeconfig(self) -> Path:
+        return self.workdir / "admin.kubeconfig"
+
+    def start(self, timeout: float = 90.0) -> ControlPlane:
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        self.pki = pki = pkimod.create(self.workdir / "pki")
+        client_port, peer_port = free_port(), free_port()
+        etcd_url = f"http://127.0.0.1:{client_port}"
+        etcd = self._spawn(
+            "etcd",
+            [
+                str(self.bins / "etcd"),
+                f"--data-dir={self.workdir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer_port}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer_port}",
+                "--unsafe-no-fsync",  # tests throw the data away; fsync only slows them
+                "--log-level=warn",
+            ],
+        )
+        etcd.wait_until(lambda: _get(f"{etcd_url}/health").get("health") == "true", timeout, "healthy")
+        self.port = free_port()
+        apiserver = self._spawn(
+            "kube-apiserver",
+            [
+                str(self.bins / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.port}",
+                f"--tls-cert-file={pki.crt('apiserver')}",
+                f"--tls-private-key-file={pki.key('apiserver')}",
+                "--tls-min-version=VersionTLS12",
+                f"--client-ca-file={pki.ca_crt}",
+                f"--service-account-issuer={ISSUER}",
+                f"--service-account-key-file={pki.sa_pub}",
+                f"--service-account-signing-key-file={pki.sa_key}",
+                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                "--authorization-mode=Node,RBAC",
+                f"--enable-admission-plugins={','.join(_ENABLED_ADMISSION)}",
+                f"--disable-admission-plugins={','.join(_DISABLED_ADMISSION)}",
+                "--allow-privileged=true",  # the device plugin's DaemonSet is privileged
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        apiserver.wait_until(self._ready, timeout, "ready")
+        self.write_kubeconfig(
+            self.admin_kubeconfig,
+            user={
+                "client-certificate": str(pki.crt("admin")),
+                "client-key": str(pki.key("admin")),
+            },
+        )
+
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        process = Process(name, argv, self.logs / f"{name}.log").start()
+        self.processes.append(process)
+        return process
+
+    def _ready(self) -> bool:
+        return self.get_raw("/readyz") == b"ok"
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context trusting the cluster CA, presenting the admin certificate."""
+        assert self.pki is not None
+        context = ssl.create_default_context(cafile=str(self.pki.ca_crt))
+        context.load_cert_chain(str(self.pki.crt("admin")), str(self.pki.key("admin")))
+        return context
+
+    def get_raw(self, path: str, timeout: float = 5.0) -> bytes:
+        """GET `path` as admin (for /readyz, /metrics and the like)."""
+        with urllib.request.urlopen(self.url + path, timeout=timeout, context=self.ssl_context()) as reply:
+            body: bytes = reply.read()
+            return body
+
+    def write_kubeconfig(self, path: Path, user: dict[str, str], namespace: str = "default") -> Path:
+        """A kubeconfig for this API server with the given `user` entry (token or client cert)."""
+        assert self.pki is not None
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "gpushare",
+                    "cluster": {"server": self.url, "certificate-authority": str(self.pki.ca_crt)},
+                }
+            ],
+            "users": [{"name": "user", "user": user}],
+            "contexts": [
+                {
+                    "name": "gpushare",
+                    "context": {"cluster": "gpushare", "user": "user", "namespace": namespace},
+                }
+            ],
+            "current-context": "gpushare",
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(config))
+        path.chmod(0o600)
+        return path
+
+    def stop(self) -> None:
+        # The API server first, so it never logs a storm of etcd connection errors on the way down.
+        for process in reversed(self.processes):
+            process.stop()
+
+
+def _get(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=2) as reply:
+        data: dict[str, Any] = json.loads(reply.read())
+        return data
