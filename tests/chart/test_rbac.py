@@ -35,7 +35,9 @@ CALLS: dict[str, set[Grant]] = {
     "create_namespaced_pod_binding": {("", "pods/binding", "create")},
     "bind_pod": {("", "pods/binding", "create")},
     "patch_namespaced_pod": {("", "pods", "patch")},
-    "patch_pod_annotations": {("", "pods", "patch")},
+    # With a UID precondition it reads the pod first (a merge patch cannot carry one): the end-to-end
+    # suite's real API server refused the device plugin's GET that this map had missed.
+    "patch_pod_annotations": {("", "pods", "patch"), ("", "pods", "get")},
     "patch_node_status": {("", "nodes/status", "patch")},
     "patch_node_annotations": {("", "nodes", "patch")},
     "patch_node": {("", "nodes", "patch")},

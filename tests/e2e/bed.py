@@ -38,6 +38,7 @@ RELEASE = "gs"
 NAMESPACE = "gpu-system"
 FULLNAME = f"{RELEASE}-gpushare"
 SCHEDULER_NAME = "gpushare-scheduler"
+GROUP = "e2e-group"
 
 
 def admin_api(cp: ControlPlane) -> kubernetes.client.ApiClient:
@@ -141,20 +142,17 @@ class Bed:
         path = self.root / "kubeconfigs" / f"{service_account}-{time.monotonic_ns()}.kubeconfig"
         return self.cp.write_kubeconfig(path, {"token": self.token(service_account, bound_pod=bound_pod)})
 
-    def node(self, name: str, gpus: int, gib_each: int, labels: Mapping[str, str] | None = None) -> Obj:
-        """A Node with GPU capacity in its status, as a kubelet with our device plugin would report it."""
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "labels": {
-                    "kubernetes.io/hostname": name,
-                    resources.GPU_COUNT_LABEL: str(gpus),
-                    **(labels or {}),
-                },
-            },
-        }
+    def node(
+        self, name: str, gpus: int, gib_each: int, labels: Mapping[str, str] | None = None, group: str = ""
+    ) -> Obj:
+        """A Node with GPU capacity in its status, as a kubelet with our device plugin would report it.
+        A `group` node is labelled and tainted so only that group's pods (objects.in_group) land there:
+        tests that count exact memory are not disturbed by other tests' pending pods."""
+        node_labels = {"kubernetes.io/hostname": name, resources.GPU_COUNT_LABEL: str(gpus), **(labels or {})}
+        body: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_labels}}
+        if group:
+            node_labels[GROUP] = group
+            body["spec"] = {"taints": [{"key": GROUP, "value": group, "effect": "NoSchedule"}]}
         node = _create(self, rest.path("nodes"), body)
         capacity = {
             "cpu": "64",
@@ -274,6 +272,29 @@ class Bed:
         context = ssl._create_unverified_context()  # the scheduler's self-signed serving cert
         process.wait_until(lambda: _status(f"https://127.0.0.1:{port}/readyz", context) == 200, 60, "ready")
         return process
+
+    def start_device_plugin(self, node: str, plugin_dir: Path, fake_gpus: str) -> Process:
+        """The device plugin for `node` with fake GPUs, its token bound to a pod on that node as the
+        kubelet would project it into the DaemonSet's pod."""
+        args = _override(
+            self.container_args("daemonsets", f"{FULLNAME}-device-plugin"),
+            {"--device-plugin-dir": str(plugin_dir), "--health-port": str(free_port())},
+        )
+        kubeconfig = self.kubeconfig(f"{FULLNAME}-device-plugin")
+        return self.spawn(
+            f"device-plugin-{node}",
+            [
+                GPUSHARE,
+                *args,
+                "--fake-gpus",
+                fake_gpus,
+                "--kubeconfig",
+                str(kubeconfig),
+                "--log-format",
+                "text",
+            ],
+            env={"NODE_NAME": node, "POD_NAMESPACE": NAMESPACE},
+        )
 
     def stop_all(self) -> None:
         for process in reversed(self.processes):

@@ -64,3 +64,11 @@ def deployment(name: str, *containers: Obj) -> Obj:
             "template": {"metadata": {"labels": labels}, "spec": {"containers": list(containers)}},
         },
     }
+
+
+def in_group(body: Obj, group: str) -> Obj:
+    """Send the pod to the Bed nodes of `group` only (their label and taint)."""
+    spec = body["spec"]
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "e2e-group": group}
+    spec["tolerations"] = [{"key": "e2e-group", "operator": "Equal", "value": group, "effect": "NoSchedule"}]
+    return body

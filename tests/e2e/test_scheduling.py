@@ -19,14 +19,13 @@ ISOLATION = {"cgpu.disable.isolation": "false"}
 def _group_nodes(bed: Bed, group: str, count: int, gpus: int, gib: int) -> dict[str, int]:
     names = [f"{group}-node-{i}" for i in range(count)]
     for name in names:
-        bed.node(name, gpus, gib, labels={**ISOLATION, "e2e-group": group})
+        bed.node(name, gpus, gib, labels=ISOLATION, group=group)
     return dict.fromkeys(names, gib)
 
 
 def _pod(name: str, *gib: int, group: str) -> dict[str, Any]:
     body = objects.gpu_pod(name, *gib)
-    body["spec"]["nodeSelector"] = {"e2e-group": group}
-    return body
+    return objects.in_group(body, group)
 
 
 def _create_all(bed: Bed, ns: str, bodies: list[dict[str, Any]]) -> None:

@@ -18,9 +18,11 @@
 - apiGroups: [""]
   resources: ["nodes/status"]
   verbs: ["patch"]
+# get: marking a pod assigned reads it first to check its UID (webhook/kube/pods.py); the end-to-end
+# suite found this missing. Read access adds nothing to list/watch.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch"]
 {{- end }}
 
 {{/* The unit label every part counts gpu-mem in (webhook/core/annotations.py unit_mib): GiB, MiB or <N>MiB. */}}
