@@ -14,8 +14,8 @@ import jsonschema  # type: ignore[import-untyped]
 from kubernetes_validate import utils
 from referencing import Registry, Resource
 
-# Kubernetes minor versions the chart supports (Chart.yaml kubeVersion >= 1.28), all packaged here.
-VERSIONS = tuple(f"1.{minor}" for minor in range(28, 38))
+# Kubernetes minor versions the chart supports (Chart.yaml kubeVersion >= 1.30), all packaged here.
+VERSIONS = tuple(f"1.{minor}" for minor in range(30, 38))
 
 
 class NoSchema(Exception):

@@ -91,10 +91,13 @@ def test_resource_names_come_from_values() -> None:
     assert cel.evaluate(expression, {"object": nvidia}) is False
 
 
-def test_conditions_can_be_switched_off_for_old_clusters() -> None:
-    objects = render.render({"webhook": {"matchConditions": False}})
+def test_conditions_cannot_be_switched_off() -> None:
+    """Without them every pod in the cluster would depend on the webhook (issue 11)."""
+    assert "/webhook/matchConditions" in render.render_error({"webhook": {"matchConditions": False}})
+    objects = render.render()
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        assert all("matchConditions" not in h for h in render.find(objects, kind)["webhooks"])
+        pod_hooks = [h for h in render.find(objects, kind)["webhooks"] if not h["name"].startswith("custom.")]
+        assert all(h["matchConditions"] for h in pod_hooks)
 
 
 def test_the_evaluator_rejects_what_it_does_not_understand() -> None:

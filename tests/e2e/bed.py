@@ -273,6 +273,26 @@ class Bed:
         process.wait_until(lambda: _status(f"https://127.0.0.1:{port}/readyz", context) == 200, 60, "ready")
         return process
 
+    def device_plugin_pod(self, node: str) -> Obj:
+        """The DaemonSet's pod on `node`, as its controller and the scheduler would leave it."""
+        sa = f"{FULLNAME}-device-plugin"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"{sa}-{node}"},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": sa,
+                "containers": [{"name": "device-plugin", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        }
+        return _create(self, rest.path("pods", namespace=NAMESPACE), body)
+
+    def device_plugin_kubeconfig(self, node: str) -> Path:
+        """A kubeconfig with the device plugin's token bound to its pod on `node`: the API server then
+        puts the node's name in the token, which the chart's ValidatingAdmissionPolicy checks."""
+        return self.kubeconfig(f"{FULLNAME}-device-plugin", bound_pod=self.device_plugin_pod(node))
+
     def start_device_plugin(self, node: str, plugin_dir: Path, fake_gpus: str) -> Process:
         """The device plugin for `node` with fake GPUs, its token bound to a pod on that node as the
         kubelet would project it into the DaemonSet's pod."""
@@ -280,7 +300,7 @@ class Bed:
             self.container_args("daemonsets", f"{FULLNAME}-device-plugin"),
             {"--device-plugin-dir": str(plugin_dir), "--health-port": str(free_port())},
         )
-        kubeconfig = self.kubeconfig(f"{FULLNAME}-device-plugin")
+        kubeconfig = self.device_plugin_kubeconfig(node)
         return self.spawn(
             f"device-plugin-{node}",
             [

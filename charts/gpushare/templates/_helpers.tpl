@@ -158,8 +158,7 @@ namespaceSelector:
         {{- range (uniq (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces)) }}
         - {{ . | quote }}
         {{- end }}
-objectSelector:
-  matchExpressions:
+    # A namespace label: pod authors cannot opt their own pods out.
     - key: {{ .Values.webhook.optOutLabel }}
       operator: NotIn
       values: ["true"]
@@ -187,12 +186,12 @@ by iterating the map (contracts §2.2).
 {{- join " && " $guards -}}
 {{- end }}
 
+{{/* Always rendered: without them every pod in the cluster would wait on (and, with failurePolicy Fail,
+depend on) the webhook. */}}
 {{- define "gpushare.matchConditions" -}}
-{{- if (index . 0).Values.webhook.matchConditions -}}
 matchConditions:
   - name: asks-for-gpu
     expression: {{ include "gpushare.cel.asksForGpu" . | quote }}
-{{- end -}}
 {{- end }}
 
 {{/* The pod security context of the non-root parts. */}}
