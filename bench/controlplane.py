@@ -205,7 +205,7 @@ def main() -> None:
     finally:
         bed.stop_all()
         cp.stop()
-        api.close()
+        api.close()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

@@ -236,10 +236,16 @@ def test_api_errors_are_clear_and_exit_1(cluster: ApiServer, capsys: pytest.Capt
     assert "gpushare ensure-certs: HTTP 500" in err
 
 
-def test_unreachable_api_server_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_api_server_exits_1_with_one_line_and_no_retry_warnings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     argv = [*_argv(None), "--server", "http://127.0.0.1:9"]
     assert ensure_certs.main(argv) == 1
-    assert "unreachable" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "gpushare ensure-certs: cannot reach the API server at http://127.0.0.1:9: connection refused\n"
+    )
+    assert "Retrying" not in captured.out
 
 
 def test_cli_run_prints_a_json_summary(cluster: ApiServer, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,5 @@
-"""The `gpushare` dispatcher: usage, version, unknown commands, and that every subcommand answers --help."""
+"""The `gpushare` dispatcher: usage, version, unknown commands, Ctrl-C and closed pipes, and that every
+subcommand answers --help."""
 
 from __future__ import annotations
 
@@ -7,14 +8,43 @@ import importlib
 import pytest
 
 from webhook import __version__
-from webhook.cli import main
+from webhook.cli import exitcodes, main
 
 
-def test_no_arguments_prints_usage_with_every_command(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main.main([]) == 0
-    out = capsys.readouterr().out
+def test_no_arguments_prints_usage_on_stderr_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main.main([]) == exitcodes.USAGE == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
     for name in main.COMMANDS:
-        assert name in out
+        assert name in captured.err
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h", "help"])
+def test_asking_for_help_prints_usage_and_exits_0(flag: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main.main([flag]) == 0
+    assert "usage: gpushare <command>" in capsys.readouterr().out
+
+
+def test_ctrl_c_in_any_command_exits_130_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(argv: list[str]) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(importlib.import_module("webhook.cli.check"), "main", interrupted)
+    assert main.main(["check", "-"]) == exitcodes.INTERRUPTED == 130
+    assert capsys.readouterr().err == "gpushare check: interrupted\n"
+
+
+def test_a_closed_pipe_exits_141_quietly(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def reader_went_away(argv: list[str]) -> int:
+        raise BrokenPipeError
+
+    monkeypatch.setattr(importlib.import_module("webhook.cli.inspect"), "main", reader_went_away)
+    assert main.main(["inspect"]) == exitcodes.BROKEN_PIPE == 141
+    assert capsys.readouterr().err == ""
 
 
 def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:

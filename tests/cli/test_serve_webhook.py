@@ -28,6 +28,16 @@ def test_defaults_serve_https_on_all_addresses_port_8443_from_certs():
     assert (s.host, s.port, s.cert_dir, s.cert, s.key) == ("0.0.0.0", 8443, Path("certs"), None, None)
 
 
+def test_the_readme_and_the_docs_name_the_default_bind_address_and_loopback_as_the_option():
+    # Issue 13: the README said 127.0.0.1 while the webhook bound 0.0.0.0.
+    root = Path(__file__).resolve().parents[2]
+    host = settings_for([]).host
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    assert f"default `--host {host}`" in readme and "`--host 127.0.0.1`" in readme
+    assert f"| `--host` | `host` | `{host}` |" in (root / "docs" / "webhook.md").read_text(encoding="utf-8")
+    assert f"(default: {host}" in serve_webhook.build_parser().format_help().replace("\n", " ")
+
+
 def test_flags_override_the_config_file(tmp_path):
     config = tmp_path / "c.yaml"
     config.write_text(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import pytest
@@ -40,7 +41,6 @@ def pod(*containers: Any, init: Any = (), labels: Any = None) -> dict[str, Any]:
         (ctr(limits={"nvidia.com/gpu": 1}), 0),
         ({"name": "c"}, 0),
         (ctr(limits={MEM: None}), 0),
-        (ctr(limits=[MEM]), 0),
     ],
     ids=[
         "int",
@@ -51,7 +51,6 @@ def pod(*containers: Any, init: Any = (), labels: Any = None) -> dict[str, Any]:
         "other resource",
         "no resources",
         "null",
-        "bad limits",
     ],
 )
 def test_container_units_reads_the_limit_then_the_request(container, units):
@@ -61,23 +60,34 @@ def test_container_units_reads_the_limit_then_the_request(container, units):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("0.5", "500m is not a whole number"),
-        ("-1", "-1 is not a whole number"),
+        ("0.5", "a fraction of a GiB is not possible; fix: write 1; the unit is GiB"),
+        ("-1", "cannot be negative"),
         ("1K", "unable to parse quantity's suffix"),
+        ("3Gi", "is read as 3221225472 GiB"),
         (True, "quantities must match"),
         ([10**5000], "quantities must match"),
     ],
-    ids=["fraction", "negative", "bad suffix", "boolean", "list holding a huge int"],
+    ids=["fraction", "negative", "bad suffix", "byte suffix", "boolean", "list holding a huge int"],
 )
 def test_container_units_rejects_bad_values_with_demand_error(value, message):
-    with pytest.raises(demand.DemandError, match=r"container 'c': limits\[aliyun\.com/gpu-mem\]") as err:
+    prefix = r'resources\.limits\[aliyun\.com/gpu-mem\] \(container "c"\)'
+    with pytest.raises(demand.DemandError, match=prefix) as err:
         demand.container_units(ctr(limits={MEM: value}))
     assert message in str(err.value)
 
 
-def test_container_units_rejects_resources_that_are_not_an_object():
-    with pytest.raises(demand.DemandError, match="resources must be an object"):
-        demand.container_units({"name": "c", "resources": "x"})
+@pytest.mark.parametrize(
+    ("container", "field"),
+    [
+        ({"name": "c", "resources": "x"}, "resources"),
+        ({"name": "c", "resources": {"limits": [MEM]}}, "resources.limits"),
+        ({"name": "c", "resources": {"requests": 3}}, "resources.requests"),
+    ],
+    ids=["resources", "limits", "requests"],
+)
+def test_container_units_names_a_wrong_typed_field(container, field):
+    with pytest.raises(demand.DemandError, match=rf'^{field} \(container "c"\): (".+": )?has the wrong type'):
+        demand.container_units(container)
 
 
 def test_pod_demand_sums_app_containers_and_keeps_init_containers_apart():
@@ -162,7 +172,7 @@ def test_check_split_needs_a_whole_number_per_gpu():
     demand.check_split(8, 2)
     demand.check_split(0, 4)
     demand.check_split(7, 1)
-    with pytest.raises(demand.DemandError, match=r"split the pod's 7 units of GPU memory over 2 GPUs"):
+    with pytest.raises(demand.DemandError, match=r"split the pod's 7 GiB of GPU memory over 2 GPUs"):
         demand.check_split(7, 2)
 
 
@@ -193,6 +203,74 @@ def test_pod_demand_raises_on_an_uneven_split():
 def test_pod_demand_raises_demand_error_on_wrong_types(obj):
     with pytest.raises(demand.DemandError):
         demand.pod_demand(obj)
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ({"spec": 7}, "spec: has the wrong type: expected an object, got a number"),
+        (
+            {"spec": {"containers": 3}},
+            'spec.containers: "3": has the wrong type: expected a list of containers',
+        ),
+        (
+            {"spec": {"containers": [ctr(), "x"]}},
+            'spec.containers[1]: "x": has the wrong type: expected an object',
+        ),
+        (
+            pod(ctr(), ctr(limits={MEM: "3G"}, name="train")),
+            'spec.containers[1].resources.limits[aliyun.com/gpu-mem] (container "train"): "3G": is read as '
+            "3000000000 GiB: aliyun.com/gpu-mem is a plain number of GiB, with no unit suffix; "
+            "fix: write 3; the unit is GiB",
+        ),
+    ],
+    ids=["spec number", "containers number", "container string", "byte suffix"],
+)
+def test_pod_demand_names_the_field_and_container(obj, message):
+    with pytest.raises(demand.DemandError) as err:
+        demand.pod_demand(obj)
+    assert str(err.value).startswith(message)
+
+
+def test_gpu_count_as_a_resource_is_refused_with_the_label_as_fix():
+    with pytest.raises(demand.DemandError, match=r'set the pod label aliyun\.com/gpu-count: "2"'):
+        demand.pod_demand(pod(ctr(limits={MEM: 4, "aliyun.com/gpu-count": 2})))
+
+
+def test_whole_gpus_and_gpu_mem_in_one_container_are_refused():
+    with pytest.raises(demand.DemandError, match=r"asks for whole GPUs \(nvidia\.com/gpu\)"):
+        demand.pod_demand(pod(ctr(limits={MEM: 4, "nvidia.com/gpu": 1})))
+    # Zero whole GPUs is no request for them.
+    assert demand.pod_demand(pod(ctr(limits={MEM: 4, "nvidia.com/gpu": 0}))).total == 4
+
+
+def test_messages_count_in_the_configured_unit():
+    with pytest.raises(demand.DemandError, match="fix: write 3072; the unit is MiB"):
+        demand.pod_demand(pod(ctr(limits={MEM: "3Gi"})), unit="MiB")
+    with pytest.raises(demand.DemandError, match=r"fix: write 24; the unit is a block of 128 MiB"):
+        demand.pod_demand(pod(ctr(limits={MEM: "3Gi"})), unit="128MiB")
+    with pytest.raises(demand.DemandError, match="split the pod's 7 MiB"):
+        demand.pod_demand(pod(ctr(limits={MEM: 7}), labels={"aliyun.com/gpu-count": "2"}), unit="MiB")
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.sampled_from(["3", "3Gi", "0.5", "-1", "x"]),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["spec", "metadata", "containers", "resources", "limits", "labels", MEM, "name"]),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=20,
+)
+
+
+@given(spec=_JSON, metadata=_JSON)
+def test_any_json_gives_a_demand_or_a_demand_error(spec, metadata):
+    with contextlib.suppress(demand.DemandError):
+        demand.pod_demand({"spec": spec, "metadata": metadata})
 
 
 @given(units=st.lists(st.integers(0, 64), max_size=5), count=st.integers(1, 8))

@@ -81,7 +81,7 @@ TABLE: list[tuple[str, dict[str, Any], str | None, list[str]]] = [
         "mixed containers: default with a warning",
         {"containers": [ctr("a", env=cgpu("true")), ctr("b")]},
         "false",
-        ["CGPU_DISABLE=true is not set in every gpu-mem container; using cgpu.disable.isolation=false"],
+        ['CGPU_DISABLE=true is not set in gpu-mem container "b"; using cgpu.disable.isolation=false'],
     ),
     (
         "init container counts",

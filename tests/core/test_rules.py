@@ -72,14 +72,13 @@ BAD = [
         "fractional gpu-mem",
         ctr("nb", limits={MEM: 2.5}),
         'spec.containers[0].resources.limits[aliyun.com/gpu-mem] (container "nb"): "2.5": aliyun.com/gpu-mem '
-        "counts whole units of GPU memory (GiB); a fraction of a unit is not possible; "
-        'fix: use a whole number of GiB such as "3"',
+        "counts whole GiB; a fraction of a GiB is not possible; fix: write 3; the unit is GiB",
     ),
     (
         "negative",
         ctr("nb", limits={MEM: "-1"}),
         'spec.containers[0].resources.limits[aliyun.com/gpu-mem] (container "nb"): "-1": aliyun.com/gpu-mem '
-        'cannot be negative; fix: use 0 or more, e.g. "4"',
+        "cannot be negative; fix: write 0 or more, e.g. 4; the unit is GiB",
     ),
     (
         "unparsable",
@@ -103,10 +102,26 @@ BAD = [
         "fix: set requests[nvidia.com/gpu] equal to the limit, or leave it out (it defaults to the limit)",
     ),
     (
-        "gpu-count as a resource must be whole",
-        ctr("nb", limits={"aliyun.com/gpu-count": "1.5"}),
-        'spec.containers[0].resources.limits[aliyun.com/gpu-count] (container "nb"): "1.5": '
-        'aliyun.com/gpu-count must be a whole number; fix: use a whole number such as "1"',
+        "gpu-count as a resource is denied with the label as fix",
+        ctr("nb", limits={"aliyun.com/gpu-count": "2"}),
+        'spec.containers[0].resources.limits[aliyun.com/gpu-count] (container "nb"): "2": '
+        "aliyun.com/gpu-count is not a resource a container asks for; the number of GPUs to spread the "
+        "pod's GPU memory over is the pod label aliyun.com/gpu-count; fix: remove it from resources and "
+        'set the pod label aliyun.com/gpu-count: "2" (metadata.labels)',
+    ),
+    (
+        "gpu-mem with a byte suffix",
+        ctr("nb", limits={MEM: "3Gi"}),
+        'spec.containers[0].resources.limits[aliyun.com/gpu-mem] (container "nb"): "3Gi": is read as '
+        "3221225472 GiB: aliyun.com/gpu-mem is a plain number of GiB, with no unit suffix; "
+        "fix: write 3; the unit is GiB",
+    ),
+    (
+        "whole gpus and gpu-mem in one container",
+        ctr("nb", limits={GPU: 1, MEM: 4}),
+        'spec.containers[0].resources.limits (container "nb"): asks for whole GPUs (nvidia.com/gpu) and a '
+        "share of GPU memory (aliyun.com/gpu-mem) at once; a node serves one or the other; fix: keep "
+        "nvidia.com/gpu for whole GPUs, or aliyun.com/gpu-mem (GiB) for a share of one GPU",
     ),
 ]
 
@@ -156,11 +171,12 @@ def test_violations_come_in_container_then_init_container_then_resource_name_ord
         "spec.containers[0].resources.limits[aliyun.com/gpu-mem]",
         "spec.containers[0].resources.limits[nvidia.com/gpu]",
         "spec.containers[0].resources.limits[nvidia.com/mig-1g.5gb]",
+        "spec.containers[0].resources.limits",  # whole GPUs and gpu-mem in one container
         "spec.containers[1].resources.limits[aliyun.com/gpu-mem]",
         "spec.initContainers[0].resources.limits[nvidia.com/gpu]",
         "metadata.labels[aliyun.com/gpu-count]",
     ]
-    assert [v.container for v in found] == ["a", "a", "a", "b", "i", None]
+    assert [v.container for v in found] == ["a", "a", "a", "a", "b", "i", None]
 
 
 def test_ephemeral_containers_are_ignored():
@@ -175,6 +191,7 @@ def test_configured_resource_names_are_used():
     assert [v.path for v in found] == [
         "spec.containers[0].resources.limits[example.com/gpu]",
         "spec.containers[0].resources.limits[example.com/vram]",
+        "spec.containers[0].resources.limits",
     ]
     assert "example.com/vram (in GiB)" in found[0].problem
 
@@ -191,8 +208,8 @@ GPU_COUNT = [
     ("seven digits", "1000000", 8, "must be a positive whole number of GPUs"),
     ("thousands of digits", "9" * 5000, 8, "must be a positive whole number of GPUs"),
     ("boolean", True, 8, "must be a positive whole number of GPUs"),
-    ("uneven split", "2", 7, "split the pod's 7 units of GPU memory over 2 GPUs"),
-    ("more gpus than units", "4", 2, "split the pod's 2 units of GPU memory over 4 GPUs"),
+    ("uneven split", "2", 7, "split the pod's 7 GiB of GPU memory over 2 GPUs"),
+    ("more gpus than units", "4", 2, "split the pod's 2 GiB of GPU memory over 4 GPUs"),
 ]
 
 

@@ -35,6 +35,7 @@ BAD = {
     "deployment-bad.yaml": [
         "spec.template.spec.containers[0].resources.limits[aliyun.com/gpu-mem]",
         "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]",
+        "spec.template.spec.containers[0].resources.limits",  # whole GPUs and gpu-mem at once
         "spec.template.spec.containers[1].resources.limits[nvidia.com/gpu]",
         "spec.template.spec.initContainers[0].resources.limits[aliyun.com/gpu-mem]",
     ],

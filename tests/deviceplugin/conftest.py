@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from tests.standins.kubelet import Kubelet
-from webhook.core import devices, resources
-from webhook.deviceplugin import allocator, inventory, registration, server, state
+from webhook.core import devices, podviews, resources
+from webhook.deviceplugin import allocator, inventory, reconcile, registration, server, state
 
 
 class ListPods:
@@ -29,9 +29,9 @@ class ListPods:
             self.version += 1
             self._changed.notify_all()
 
-    def snapshot(self) -> tuple[int, list[devices.PodView]]:
+    def snapshot(self) -> tuple[int, list[podviews.PodView]]:
         with self._changed:
-            views = [devices.pod_view(p, n) for n, p in enumerate(self.pods)]
+            views = [podviews.pod_view(p, n) for n, p in enumerate(self.pods)]
             return self.version, [v for v in views if v is not None]
 
     def wait_newer(self, version: int, timeout: float) -> bool:
@@ -43,7 +43,7 @@ class ListPods:
 class Marks:
     marked: list[str] = field(default_factory=list)
 
-    def mark(self, pod: devices.PodView) -> None:
+    def mark(self, pod: podviews.PodView) -> None:
         self.marked.append(pod.key)
 
 
@@ -56,6 +56,12 @@ class Plugin:
     service: server.DevicePluginService
     server: registration.PluginServer
     isolation: list[bool]
+    allocator: allocator.Allocator
+    kubelet_pods: reconcile.PodResourcesClient | None
+
+
+def pod_resources_socket(tmp_path: Path) -> Path:
+    return tmp_path / "pr" / "kubelet.sock"
 
 
 def short_dir(tmp_path: Path) -> Path:
@@ -74,13 +80,27 @@ def make_plugin(tmp_path: Path) -> Iterator[Callable[..., Plugin]]:
         unit: str = "GiB",
         mib_per_device: int | None = None,
         wait_s: float = 0.3,
+        *,
+        pod_resources: bool = False,
+        pods: ListPods | None = None,
     ) -> Plugin:
         plugin_dir = short_dir(tmp_path)
         gpus = inventory.parse_fake_gpus(fake_gpus).gpus()
         st = state.DeviceState(gpus, devices.Granularity.parse(unit, mib_per_device))
-        pods, marks, isolation = ListPods(), Marks(), [False]
+        pods, marks, isolation = pods or ListPods(), Marks(), [False]
+        client = (
+            reconcile.PodResourcesClient(pod_resources_socket(tmp_path), resources.GPU_MEMORY)
+            if pod_resources
+            else None
+        )
         alloc = allocator.Allocator(
-            st, pods, marks, isolation_disabled=lambda: isolation[0], node_name="node-1", wait_s=wait_s
+            st,
+            pods,
+            marks,
+            isolation_disabled=lambda: isolation[0],
+            node_name="node-1",
+            wait_s=wait_s,
+            kubelet=client,
         )
         service = server.DevicePluginService(st, alloc)
         settings = registration.RegistrationSettings(
@@ -88,7 +108,7 @@ def make_plugin(tmp_path: Path) -> Iterator[Callable[..., Plugin]]:
         )
         srv = registration.PluginServer(service, settings).start()
         started.append(srv)
-        return Plugin(plugin_dir, st, pods, marks, service, srv, isolation)
+        return Plugin(plugin_dir, st, pods, marks, service, srv, isolation, alloc, client)
 
     yield make
     for srv in started:
@@ -97,6 +117,6 @@ def make_plugin(tmp_path: Path) -> Iterator[Callable[..., Plugin]]:
 
 @pytest.fixture
 def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
-    k = Kubelet(short_dir(tmp_path)).start()
+    k = Kubelet(short_dir(tmp_path), pod_resources=pod_resources_socket(tmp_path)).start()
     yield k
     k.stop()

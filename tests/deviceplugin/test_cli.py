@@ -14,6 +14,8 @@ from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port
 from webhook.cli import serve_device_plugin
+from webhook.deviceplugin import app
+from webhook.deviceplugin.settings import DevicePluginSettings
 
 
 def test_flags_and_node_name_become_settings():
@@ -49,6 +51,35 @@ def test_unusable_inventory_exits_1(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(logging.root, "level", logging.root.level)
     assert serve_device_plugin.main(["--fake-gpus", "0:zero", "--device-plugin-dir", str(tmp_path)]) == 1
     assert "--fake-gpus" in capsys.readouterr().err
+
+
+def test_unreachable_api_exits_1_as_documented(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("NODE_NAME", "n")
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    argv = ["--fake-gpus", "0:1", "--device-plugin-dir", str(short_dir(tmp_path)), "--api-timeout", "1"]
+    argv += ["--api-host", f"http://127.0.0.1:{free_port()}", "--log-level", "error"]
+    assert serve_device_plugin.main(argv) == 1
+    assert "cannot list the pods of node n from the API server within 1 s" in capsys.readouterr().err
+
+
+def test_second_instance_exits_1_naming_the_first(apiserver, tmp_path):
+    apiserver.add_node("n1")
+    settings = DevicePluginSettings(
+        node_name="n1",
+        fake_gpus="0:1",
+        api_host=apiserver.url,
+        device_plugin_dir=short_dir(tmp_path),
+        endpoint="gpushare.sock",
+        pod_resources_socket=None,
+    )
+    first = app.Plugin(settings).start()
+    try:
+        with pytest.raises(app.StartError, match="another gpushare device plugin serves"):
+            app.Plugin(settings).start()
+        assert (short_dir(tmp_path) / "gpushare.sock").exists()
+    finally:
+        first.stop()
 
 
 def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apiserver, tmp_path):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import devices
+from webhook.core import matching, podviews
 from webhook.deviceplugin import podsource
 
 
@@ -18,7 +18,7 @@ def test_arrival_order_survives_updates_and_relists():
     _, views = store.snapshot()
     order = [v.name for v in sorted(views, key=lambda v: v.order)]
     assert order == ["a", "b", "c"]
-    assert devices.AllocationBook().match(1, views).pod.name == "a"
+    assert matching.AllocationBook().match(1, views).pod.name == "a"
 
 
 def test_deleted_and_non_gpu_pods_leave_the_store():
@@ -36,7 +36,7 @@ def test_deleted_and_non_gpu_pods_leave_the_store():
 def test_marker_gives_up_on_a_pod_that_is_gone(apiserver):
     marker = podsource.AssignMarker(apiserver.api, backoff_s=0.01)
     try:
-        view = devices.pod_view(placed_pod("ghost", [1], {0: {0: 1}}), 0)
+        view = podviews.pod_view(placed_pod("ghost", [1], {0: {0: 1}}), 0)
         assert view is not None
         marker.mark(view)
         assert marker.join(5)
@@ -50,7 +50,7 @@ def test_marker_gives_up_after_repeated_server_errors_and_says_so(apiserver):
     apiserver.fail_next("get", "pods", status=500, count=50)
     marker = podsource.AssignMarker(apiserver.api, attempts=3, backoff_s=0.01)
     try:
-        view = devices.pod_view(pod, 0)
+        view = podviews.pod_view(pod, 0)
         assert view is not None
         marker.mark(view)
         assert marker.join(5)

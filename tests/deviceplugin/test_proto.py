@@ -1,4 +1,5 @@
-"""The committed stubs equal what scripts/gen-proto makes from api.proto, and use the kubelet's names."""
+"""The committed stubs equal what scripts/gen-proto makes from the .proto files, and use the kubelet's
+names: device-plugin v1beta1 and PodResources v1."""
 
 from __future__ import annotations
 
@@ -8,22 +9,32 @@ from pathlib import Path
 
 import pytest
 
+from webhook.deviceplugin.podresources.v1 import api_pb2 as pr_pb2
 from webhook.deviceplugin.v1beta1 import api_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
-GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+GENERATED = [
+    f"webhook/deviceplugin/{d}/{n}"
+    for d in ("v1beta1", "podresources/v1")
+    for n in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
+]
 
 
-@pytest.mark.parametrize("name", GENERATED, ids=GENERATED)
-def test_regenerating_the_stubs_gives_identical_files(tmp_path, name):
+@pytest.fixture(scope="module")
+def regenerated(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gen")
     subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gen-proto"), str(tmp_path)],
+        ["bash", str(ROOT / "scripts" / "gen-proto"), str(out)],
         check=True,
         env={"PYTHON": sys.executable, "PATH": "/usr/bin:/bin"},
         timeout=60,
     )
-    committed = ROOT / "webhook" / "deviceplugin" / "v1beta1" / name
-    assert (tmp_path / "webhook" / "deviceplugin" / "v1beta1" / name).read_bytes() == committed.read_bytes()
+    return out
+
+
+@pytest.mark.parametrize("name", GENERATED, ids=GENERATED)
+def test_regenerating_the_stubs_gives_identical_files(regenerated, name):
+    assert (regenerated / name).read_bytes() == (ROOT / name).read_bytes()
 
 
 def test_package_services_and_field_numbers_are_the_kubelets():
@@ -62,4 +73,25 @@ def test_package_services_and_field_numbers_are_the_kubelets():
             "annotations": 4,
             "cdi_devices": 5,
         },
+    }
+
+
+def test_pod_resources_package_services_and_field_numbers_are_the_kubelets():
+    file = pr_pb2.DESCRIPTOR
+    assert file.package == "v1"
+    methods = [m.full_name for m in file.services_by_name["PodResourcesLister"].methods]
+    assert methods == [
+        "v1.PodResourcesLister.List",
+        "v1.PodResourcesLister.GetAllocatableResources",
+        "v1.PodResourcesLister.Get",
+    ]
+    fields = {
+        m: {f.name: f.number for f in file.message_types_by_name[m].fields}
+        for m in ("ListPodResourcesResponse", "PodResources", "ContainerResources", "ContainerDevices")
+    }
+    assert fields == {
+        "ListPodResourcesResponse": {"pod_resources": 1},
+        "PodResources": {"name": 1, "namespace": 2, "containers": 3},
+        "ContainerResources": {"name": 1, "devices": 2, "cpu_ids": 3, "memory": 4, "dynamic_resources": 5},
+        "ContainerDevices": {"resource_name": 1, "device_ids": 2, "topology": 3},
     }

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
+
+import pytest
 
 from tests.deviceplugin.conftest import short_dir
 from tests.deviceplugin.placed import placed_pod
 from tests.standins.kubelet import Kubelet
+from webhook.core import resources
+from webhook.deviceplugin import registration
 
 
 def test_plugin_started_before_the_kubelet_registers_once_it_appears(make_plugin, tmp_path):
@@ -62,3 +67,41 @@ def test_register_refused_by_the_kubelet_is_retried_not_fatal(make_plugin, tmp_p
         kubelet.wait(lambda k: len(k.registrations) == 1, timeout=10)
     finally:
         kubelet.stop()
+
+
+def test_a_second_instance_is_refused_and_leaves_the_first_ones_socket(make_plugin, kubelet, tmp_path):
+    plugin = make_plugin("0:2")
+    kubelet.wait(lambda k: len(k.registrations) == 1)
+    second = registration.PluginServer(
+        plugin.service,
+        registration.RegistrationSettings(plugin.dir, "gpushare.sock", resources.GPU_MEMORY, poll_s=0.05),
+    )
+    with pytest.raises(registration.AlreadyRunning, match=r"another gpushare device plugin serves .*\.lock"):
+        second.start()
+    assert (plugin.dir / "gpushare.sock").exists()
+    time.sleep(0.2)
+    assert len(kubelet.registrations) == 1 and plugin.server.registered.is_set()
+
+
+def test_missing_kubelet_socket_is_said_at_start(make_plugin, caplog):
+    caplog.set_level(logging.WARNING, "webhook.deviceplugin.registration")
+    plugin = make_plugin("0:2")
+    assert f"the kubelet socket {plugin.dir / 'kubelet.sock'} does not exist" in caplog.text
+    assert "--device-plugin-dir" in caplog.text
+
+
+def test_socket_deleted_by_another_process_is_not_called_a_kubelet_restart(make_plugin, kubelet, caplog):
+    caplog.set_level(logging.WARNING, "webhook.deviceplugin.registration")
+    plugin = make_plugin("0:2")
+    kubelet.wait(lambda k: len(k.registrations) == 1)
+    (plugin.dir / "gpushare.sock").unlink()
+    kubelet.wait(lambda k: len(k.registrations) == 2, timeout=10)
+    assert "was deleted by another process while the kubelet kept running" in caplog.text
+    assert "the kubelet restarted" not in caplog.text
+    kubelet.wait(lambda k: plugin.server.registrations == 2)  # Register has returned on our side
+    kubelet.restart()
+    kubelet.wait(lambda k: len(k.registrations) == 3, timeout=10)
+    assert (
+        "the kubelet restarted (kubelet.sock was recreated)" in caplog.text
+        or "the kubelet stopped" in caplog.text
+    )

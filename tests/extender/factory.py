@@ -68,14 +68,20 @@ class FakeApi:
     def __init__(self) -> None:
         self.pods: dict[str, dict[str, Any]] = {}
         self.failures: list[tuple[int, str]] = []
+        self.get_failures: list[tuple[int, str]] = []  # popped one per get_pod call
         self.bound: list[tuple[str, str, dict[str, str]]] = []
         self.lock = threading.Lock()
         self.apply_failed_bind = False  # a bind that fails but did happen (lost reply)
+        self.entered = threading.Event()  # set when a bind call arrives
+        self.gate = threading.Event()  # bind calls wait for it (a slow API server); open by default
+        self.gate.set()
 
     def add(self, obj: dict[str, Any]) -> None:
         self.pods[f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"] = obj
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        self.entered.set()
+        self.gate.wait(10)
         with self.lock:
             key = f"{namespace}/{name}"
             failure = self.failures.pop(0) if self.failures else None
@@ -95,4 +101,7 @@ class FakeApi:
                 raise api_error(*failure)
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.pods.get(f"{namespace}/{name}")
+        with self.lock:
+            if self.get_failures:
+                raise api_error(*self.get_failures.pop(0))
+            return self.pods.get(f"{namespace}/{name}")

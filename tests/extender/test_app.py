@@ -15,7 +15,7 @@ import pytest
 
 from tests.extender.factory import FakeApi, node, pod
 from webhook.extender import app as app_mod
-from webhook.extender import scheduling
+from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
@@ -113,7 +113,7 @@ def test_filter_of_a_pod_without_gpu_memory_passes_every_node(harness):
 
 def test_filter_of_an_unsplittable_multi_gpu_pod_is_unresolvable_everywhere(harness):
     body = harness.post("filter", scheduler_args(pod("x", 5, gpu_count=2), ["n1"])).json()
-    assert "not a whole number per GPU" in body["FailedAndUnresolvableNodes"]["n1"]
+    assert "not a whole number of GiB per GPU" in body["FailedAndUnresolvableNodes"]["n1"]
     assert body["NodeNames"] == []
 
 
@@ -211,3 +211,20 @@ def test_probes_version_and_metrics(harness):
 
 def test_wrong_method_is_405(harness):
     assert harness.client.get(f"{PREFIX}/filter").status_code == 405
+
+
+def test_filter_refuses_a_unit_suffix_in_the_unit_the_extender_counts_in():
+    # "3Gi" would be read as 3,221,225,472 units and the pod would wait forever: refused, with the fix.
+    cache = Cache(unit="MiB")
+    p = pod("a", 1)
+    p["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "3Gi"
+    result = scheduling.filter_nodes(
+        cache, wire.extender_args(scheduler_args(p, ["n1"])), ExtenderSettings().default_policy
+    )
+    assert result["NodeNames"] == []
+    reason = (result["FailedAndUnresolvableNodes"] or {})["n1"]
+    assert reason == (
+        'spec.containers[0].resources.limits[aliyun.com/gpu-mem] (container "c0"): "3Gi": is read as '
+        "3221225472 MiB: aliyun.com/gpu-mem is a plain number of MiB, with no unit suffix; "
+        "fix: write 3072; the unit is MiB"
+    )

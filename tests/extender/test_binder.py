@@ -28,6 +28,12 @@ def setup(*objs, attempts: int = 3) -> tuple[Cache, FakeApi, Binder]:
     return cache, api, binder
 
 
+def used(cache: Cache, name: str) -> list[int]:
+    view = cache.view(name)
+    assert view is not None
+    return [g.used for g in view.gpus]
+
+
 def args(name: str, node_name: str = "n1", uid: str | None = None) -> BindingArgs:
     return BindingArgs(name, "default", uid if uid is not None else f"uid-{name}", node_name)
 
@@ -116,11 +122,12 @@ def test_pod_not_yet_in_the_cache_is_fetched_once():
     assert binder.bind(args("missing")) == "pod default/missing not found"
 
 
-def test_pod_without_gpu_memory_gets_a_plain_binding():
+def test_pod_that_asks_for_no_gpu_memory_is_refused():
     _, api, binder = setup(node("n1", 8))
     api.add(pod("cpu"))
-    assert binder.bind(args("cpu")) == ""
-    assert api.bound == [("default/cpu", "n1", {})]
+    error = binder.bind(args("cpu"))
+    assert error.startswith("pod default/cpu asks for no aliyun.com/gpu-mem: the gpushare extender binds")
+    assert api.bound == []
 
 
 def test_bind_to_an_unknown_node_is_refused():
@@ -131,7 +138,7 @@ def test_bind_to_an_unknown_node_is_refused():
 def test_pod_already_bound_to_this_node_is_done_and_to_another_is_refused():
     _, _, binder = setup(node("n1", 8), pod("a", 4, node_name="n1", placed={0: {0: 4}}))
     assert binder.bind(args("a")) == ""
-    assert binder.bind(args("a", "n2")) == "pod default/a is already on node n1"
+    assert binder.bind(args("a", "n2")) == "pod default/a is already bound to node n1, not n2"
 
 
 def test_concurrent_bind_storm_never_over_commits():
@@ -169,3 +176,126 @@ def test_concurrent_bind_storm_never_over_commits():
     assert cache.assumed() == {}
     views = [cache.view(n) for n in ("n1", "n2")]
     assert sum(g.used for v in views if v is not None for g in v.gpus) == 36
+
+
+# --- duplicates: one pod bound twice at once, or again before the watch shows it (issue 11) ---------
+
+
+def in_thread(binder: Binder, a: BindingArgs, results: list[str]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: results.append(binder.bind(a)))
+    thread.start()
+    return thread
+
+
+def test_duplicate_bind_waits_for_the_first_and_never_moves_its_reservation():
+    cache, api, binder = setup(node("n1", 16, 16), pod("a", 10), pod("c", 10))
+    api.gate.clear()  # the API server is slow: the first Binding hangs
+    results: list[str] = []
+    first = in_thread(binder, args("a"), results)
+    assert api.entered.wait(5)
+    second = in_thread(binder, args("a"), results)  # the scheduler retries, same node
+    other = in_thread(binder, args("a", "n2"), results)  # or a second scheduler, another node
+    assert used(cache, "n1") == [10, 0]  # the duplicates reserved nothing
+    api.gate.set()
+    for thread in (first, second, other):
+        thread.join(5)
+    assert sorted(results) == ["", "", "pod default/a is already bound to node n1, not n2"]
+    assert len(api.bound) == 1
+    assert binder.bind(args("c")) == ""
+    assert used(cache, "n1") == [10, 10]  # c went to the free GPU, not onto a's
+
+
+def test_bind_again_before_the_watch_shows_the_pod_returns_the_same_placement():
+    cache, api, binder = setup(node("n1", 16, 16), pod("a", 10))
+    assert binder.bind(args("a")) == ""
+    assert binder.bind(args("a")) == ""
+    assert binder.bind(args("a", "n2")) == "pod default/a is already bound to node n1, not n2"
+    assert len(api.bound) == 1
+    assert used(cache, "n1") == [10, 0]
+
+
+def test_duplicate_binds_after_a_failed_first_bind_bind_once():
+    cache, api, binder = setup(node("n1", 16), pod("a", 10), attempts=1)
+    api.failures = [(422, "refused")]
+    api.gate.clear()
+    results: list[str] = []
+    first = in_thread(binder, args("a"), results)
+    assert api.entered.wait(5)
+    second = in_thread(binder, args("a"), results)
+    api.gate.set()
+    first.join(5)
+    second.join(5)
+    assert sorted(results) == ["", "binding pod default/a to n1: refused"]
+    assert used(cache, "n1") == [10]
+
+
+def test_duplicate_that_waits_too_long_is_refused_with_a_clear_error():
+    cache, api, binder = setup(node("n1", 16), pod("a", 10))
+    binder.wait_s = 0.05
+    api.gate.clear()
+    results: list[str] = []
+    first = in_thread(binder, args("a"), results)
+    assert api.entered.wait(5)
+    assert binder.bind(args("a")) == (
+        "pod default/a: an earlier bind of it is still running after 0.05 s; retry"
+    )
+    api.gate.set()
+    first.join(5)
+    assert results == [""]
+    assert used(cache, "n1") == [10]
+
+
+def test_bind_whose_outcome_is_unknown_keeps_its_memory_until_the_api_says():
+    cache, api, binder = setup(node("n1", 16), pod("a", 10), attempts=1)
+    api.failures = [(500, "etcd timeout")]
+    api.get_failures = [(500, "still down")]
+    error = binder.bind(args("a"))
+    assert error == "binding pod default/a to n1: etcd timeout; whether it landed is unknown"
+    assert used(cache, "n1") == [10]  # it may have landed: keep counting it
+    # The scheduler retries: the API shows the pod unbound, so it is bound afresh.
+    assert binder.bind(args("a")) == ""
+    assert len(api.bound) == 1
+    assert used(cache, "n1") == [10]
+
+
+def test_bind_whose_lost_binding_did_land_is_recognised_on_the_retry():
+    cache, api, binder = setup(node("n1", 16), pod("a", 10), attempts=1)
+    api.failures = [(500, "reply lost")]
+    api.apply_failed_bind = True
+    api.get_failures = [(500, "still down")]
+    assert "unknown" in binder.bind(args("a"))
+    assert binder.bind(args("a")) == ""
+    assert binder.bind(args("a", "n2")) == "pod default/a is already bound to node n1, not n2"
+    assert len(api.bound) == 1
+    assert used(cache, "n1") == [10]
+
+
+def test_pod_bound_by_someone_else_is_counted_where_it_is_not_where_we_reserved():
+    cache, api, binder = setup(node("n1", 16, 16), pod("a", 10))
+    other = pod("a", 10, node_name="n1", placed={0: {1: 10}})  # another replica put it on GPU 1
+    api.failures = [(409, "pod a is already assigned to node n1")]
+    api.pods["default/a"] = other
+    assert binder.bind(args("a")) == ""  # bound where asked, with a placement: done
+    assert used(cache, "n1") == [0, 10]
+    cache.pod_event(MODIFIED, other)
+    assert used(cache, "n1") == [0, 10]
+    assert cache.assumed() == {}
+
+
+def test_pod_already_bound_without_a_placement_is_refused():
+    _, _, binder = setup(node("n1", 16), pod("a", 4, node_name="n1"))
+    assert binder.bind(args("a")) == "pod default/a is already bound to node n1 without a gpushare placement"
+
+
+def test_pod_the_watch_has_not_shown_bound_elsewhere_is_refused_and_counted():
+    cache, api, binder = setup(node("n1", 16), node("n2", 16))
+    api.add(pod("late", 4, node_name="n2", placed={0: {0: 4}}))
+    assert binder.bind(args("late")) == "pod default/late is already bound to node n2, not n1"
+    assert used(cache, "n2") == [4]
+    assert api.bound == []
+
+
+def test_pod_bound_and_finished_or_being_deleted_says_so():
+    finished = pod("a", 4, node_name="n1", placed={0: {0: 4}}, phase="Succeeded")
+    _, _, binder = setup(node("n1", 16), finished)
+    assert binder.bind(args("a")) == "pod default/a is bound to node n1 and has finished or is being deleted"

@@ -79,12 +79,13 @@ def test_assumed_pod_counts_until_the_watch_shows_it_bound():
     assert used(cache, "n1") == [4]
 
 
-def test_forgetting_a_failed_bind_releases_its_memory():
+def test_forgetting_a_failed_bind_releases_only_the_memory_that_bind_reserved():
     cache = fed(node("n1", 8), pod("a", 4))
-    cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
-    cache.forget("default/a", "other-uid")
+    first = cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
+    second = cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=2)
+    cache.forget("default/a", first)  # an older bind's failure never drops a later reservation
     assert used(cache, "n1") == [4]
-    cache.forget("default/a", "uid-a")
+    cache.forget("default/a", second)
     assert used(cache, "n1") == [0]
 
 
@@ -151,3 +152,61 @@ def test_a_status_update_reuses_the_demand_and_a_label_change_or_new_uid_rereads
     record = cache.pod("default/a")
     assert record is not None and record.demand is not None
     assert (len(reads), record.demand.containers) == (3, (6,))
+
+
+def test_pod_bound_elsewhere_is_adopted_until_the_watch_shows_it():
+    cache = fed(node("n1", 8), pod("a", 4))
+    seen_bound = pod("a", 4, node_name="n1", placed={0: {0: 4}})
+    cache.adopt(seen_bound, now_ns=1)
+    assert used(cache, "n1") == [4]
+    cache.pod_event(MODIFIED, seen_bound)
+    assert cache.assumed() == {}
+    assert used(cache, "n1") == [4]
+
+
+def test_adopting_what_the_watch_already_shows_or_an_unbound_pod_changes_nothing():
+    cache = fed(node("n1", 8), pod("a", 4, node_name="n1", placed={0: {0: 4}}), pod("b", 2))
+    cache.adopt(pod("a", 4, node_name="n1", placed={0: {0: 4}}), now_ns=1)
+    cache.adopt(pod("b", 2), now_ns=1)
+    cache.adopt(pod("b", 2, uid="older", node_name="n1", placed={0: {0: 2}}), now_ns=1)
+    assert cache.assumed() == {}
+    assert used(cache, "n1") == [4]
+
+
+def test_confirmed_assumption_is_marked_bound_and_keeps_its_place_in_expiry_order():
+    cache = fed(node("n1", 8), pod("a", 4), pod("b", 2))
+    a = cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
+    cache.assume("default/b", "uid-b", "n1", ann.Allocation({0: {0: 2}}), now_ns=2)
+    cache.confirm("default/a", a + 100)  # not its token: nothing changes
+    assert not cache.assumption("default/a").bound  # type: ignore[union-attr]
+    cache.confirm("default/a", a)
+    assert cache.assumption("default/a").bound  # type: ignore[union-attr]
+    assert cache.expire_assumptions(now_ns=1 + ASSUME_TTL_NS + 1) == 1
+    assert cache.assumed() == {"default/b": "n1"}
+
+
+def test_late_events_of_an_older_pod_of_the_same_name_never_drop_the_newer_ones_reservation():
+    old = pod("a", 4, uid="uid-old", node_name="n1", placed={0: {0: 4}}, phase="Running")
+    cache = fed(node("n1", 16), old)
+    # The old pod was deleted and a new one created; the binder saw the new one by GET and reserved.
+    cache.assume("default/a", "uid-new", "n1", ann.Allocation({0: {0: 10}}), now_ns=1)
+    assert used(cache, "n1") == [10]
+    terminating = pod("a", 4, uid="uid-old", node_name="n1", placed={0: {0: 4}}, phase="Running")
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache.pod_event(MODIFIED, terminating)  # the watch is behind: the old pod's last events come now
+    cache.pod_event(DELETED, old)
+    assert used(cache, "n1") == [10]
+    cache.pod_event(ADDED, pod("a", 10, uid="uid-new"))
+    assert used(cache, "n1") == [10]
+    cache.pod_event(MODIFIED, pod("a", 10, uid="uid-new", node_name="n1", placed={0: {0: 10}}))
+    assert cache.assumed() == {}
+    assert used(cache, "n1") == [10]
+
+
+def test_a_newer_pod_of_the_same_name_replaces_the_reservation_of_a_deleted_one():
+    cache = fed(node("n1", 16), pod("a", 10))
+    cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 10}}), now_ns=1)
+    # A watch gap: the assumed pod was deleted, a new one of the same name created and bound elsewhere.
+    cache.pods_resync([pod("a", 4, uid="uid-newer", node_name="n1", placed={0: {0: 4}}, phase="Running")])
+    assert cache.assumed() == {}
+    assert used(cache, "n1") == [4]

@@ -44,7 +44,9 @@ def apply(cache: Cache, op: tuple[Any, ...]) -> None:
         case ("assume", i):
             cache.assume(f"default/q{i}", f"uid-q{i}", NODES[i % len(NODES)], ann.Allocation({0: {0: 2}}), 1)
         case ("forget", i):
-            cache.forget(f"default/q{i}", f"uid-q{i}")
+            held = cache.assumption(f"default/q{i}")
+            if held is not None:
+                cache.forget(f"default/q{i}", held.token)
 
 
 @settings(max_examples=150, deadline=None)

@@ -43,11 +43,26 @@ def test_missing_node_names_means_no_nodes():
         ({"Pod": None, "NodeNames": []}, "ExtenderArgs.Pod must be a JSON object"),
         ({"Pod": POD, "NodeNames": "n1"}, "NodeNames must be a list of strings"),
         ({"Pod": POD, "NodeNames": [1]}, "NodeNames must be a list of strings"),
-        ({"Pod": POD, "Nodes": {"items": [{"metadata": {}}]}}, "needs metadata.name"),
+        ({"Pod": POD, "Nodes": {"items": [{"metadata": {}}]}}, "items[0].metadata.name must be a non-empty"),
+        (
+            {"Pod": POD, "Nodes": {"items": [{"metadata": "n1"}]}},
+            "items[0].metadata.name must be a non-empty",
+        ),
+        ({"Pod": "x"}, "ExtenderArgs.Pod must be a JSON object, got a string"),
         ({"Pod": POD, "Nodes": {"items": "x"}}, "must be a list of Node objects"),
         ({"Pod": POD, "Nodes": []}, "ExtenderArgs.Nodes must be a JSON object"),
     ],
-    ids=["not-object", "no-pod", "names-string", "names-ints", "nameless-node", "items-string", "nodes-list"],
+    ids=[
+        "not-object",
+        "no-pod",
+        "names-string",
+        "names-ints",
+        "nameless-node",
+        "node-metadata-string",
+        "pod-string",
+        "items-string",
+        "nodes-list",
+    ],
 )
 def test_malformed_extender_args_are_refused_with_the_field(body, fragment):
     with pytest.raises(wire.WireError) as err:
@@ -76,6 +91,17 @@ def test_body_that_is_not_json_is_refused():
         wire.parse_json(b"{nope")
     with pytest.raises(wire.WireError, match="not JSON"):
         wire.parse_json(b"\xff\xfe")
+
+
+def test_nan_and_infinity_are_refused_as_go_would():
+    for body in (b'{"Pod": {"x": NaN}}', b"[Infinity]", b"-Infinity"):
+        with pytest.raises(wire.WireError, match="is not a JSON value"):
+            wire.parse_json(body)
+
+
+def test_very_deep_json_is_refused_with_a_message_not_a_recursion_error():
+    with pytest.raises(wire.WireError, match="nested too deeply"):
+        wire.parse_json(b"[" * 100_000 + b"]" * 100_000)
 
 
 def test_filter_result_is_the_exact_go_json_with_nulls():

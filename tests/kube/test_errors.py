@@ -69,9 +69,11 @@ def test_server_failures_become_api_errors_with_the_status(apiserver: ApiServer,
         (404, errors.NotFoundError),
         (409, errors.ConflictError),
         (410, errors.GoneError),
-        (403, errors.ApiError),
+        (401, errors.UnauthorizedError),
+        (403, errors.ForbiddenError),
+        (500, errors.ApiError),
     ],
-    ids=["404", "409", "410", "403"],
+    ids=["404", "409", "410", "401", "403", "500"],
 )
 def test_status_codes_map_to_error_classes(apiserver: ApiServer, status, cls):
     apiserver.fail_next("get", "nodes", status=status)
@@ -112,3 +114,60 @@ def test_from_status_reads_whatever_the_server_sent(body, reason, message):
     error = errors.from_status(409, body, "Bad")
     assert isinstance(error, errors.ConflictError)
     assert (error.reason, error.message) == (reason, message)
+
+
+def test_a_refused_connection_says_where_and_why_in_one_line(dead_api):
+    with pytest.raises(errors.UnreachableError) as info:
+        rest.request(dead_api, "GET", "/api/v1/nodes")
+    host = dead_api.configuration.host
+    assert info.value.message == f"cannot reach the API server at {host}: connection refused"
+    assert "MaxRetryError" not in str(info.value) and "\n" not in str(info.value)
+
+
+POOL = urllib3.HTTPSConnectionPool("api.example", 6443)
+REFUSED = urllib3.exceptions.NewConnectionError(
+    urllib3.connection.HTTPSConnection("api.example", 6443),
+    "Failed to establish a new connection: [Errno 111] Connection refused",
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        (
+            urllib3.exceptions.MaxRetryError(POOL, "/api", REFUSED),
+            "cannot reach the API server at https://api.example:6443: connection refused",
+        ),
+        (
+            urllib3.exceptions.MaxRetryError(
+                POOL, "/api", urllib3.exceptions.ConnectTimeoutError(POOL, "timed out")
+            ),
+            "cannot reach the API server at https://api.example:6443: no connection within the timeout",
+        ),
+        (
+            urllib3.exceptions.ReadTimeoutError(POOL, "/api", "Read timed out."),
+            "cannot reach the API server at https://api.example:6443: no answer within the timeout",
+        ),
+        (
+            urllib3.exceptions.MaxRetryError(
+                POOL, "/api", urllib3.exceptions.SSLError("certificate verify failed")
+            ),
+            "cannot reach the API server at https://api.example:6443: TLS failed: certificate verify failed",
+        ),
+        (
+            urllib3.exceptions.ProtocolError(
+                "Connection aborted.", ConnectionResetError(104, "Reset by peer")
+            ),
+            "cannot reach the API server: connection broken: reset by peer",
+        ),
+        (
+            socket.gaierror(-2, "Name or service not known"),
+            "cannot reach the API server: host name not resolved (name or service not known)",
+        ),
+    ],
+    ids=["refused", "connect-timeout", "read-timeout", "tls", "reset", "dns"],
+)
+def test_transport_errors_are_worded_without_urllib3_text(exc, message):
+    error = errors.from_exception(exc)
+    assert isinstance(error, errors.UnreachableError) and error.status == errors.TRANSPORT
+    assert error.message == message

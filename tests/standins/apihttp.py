@@ -51,6 +51,7 @@ class Controls:
         self.bookmark_interval = bookmark_interval
         self.watch_timeout = watch_timeout
         self.latency = 0.0
+        self.delays: dict[tuple[str, str], float] = {}  # (verb, resource) -> extra seconds, "*" matches all
         self.stopping = False
         self.requests: collections.Counter[tuple[str, str]] = collections.Counter()
         self.faults: list[Fault] = []
@@ -65,6 +66,13 @@ class Controls:
                     fault.remaining -= 1
                     return fault.status
             return None
+
+    def delay_for(self, verb: str, resource: str) -> float:
+        with self.lock:
+            return max(
+                (s for (v, r), s in self.delays.items() if v in (verb, "*") and r in (resource, "*")),
+                default=0.0,
+            )
 
     def open_watch(self) -> WatchSession:
         session = WatchSession()
@@ -163,6 +171,9 @@ class Handler(BaseHTTPRequestHandler):
             rt, namespace, name, sub = route(url.path)
             verb = request_verb(method, name, query)
             label = f"{rt.plural}/{sub}" if sub else rt.plural
+            delay = controls.delay_for(verb, label)
+            if delay:
+                time.sleep(delay)
             fault = controls.take_fault(verb, label)
             if fault is not None and not (verb == "watch" and fault == 410):
                 raise ApiStatusError(fault, f"injected fault {fault} for {verb} {label}")

@@ -27,6 +27,8 @@ Fixture API (`apiserver` in tests/conftest.py yields an `ApiServer`, started, st
     drop_watches()  cut every open watch stream (socket closed, no final chunk)
     compact()       forget history: watches/resumes from an older resourceVersion get 410 (ERROR event)
     latency = 0.05  seconds added to every request
+    delay(verb, resource, seconds)  more seconds for those requests only (verb/resource as in fail_next;
+        0 removes it), e.g. delay("create", "pods/binding", 0.3): slow Bindings, watches still flowing
     restart(new_port=False)  stop and start again with the same state (same port unless new_port)
     requests[(verb, resource)] counts, e.g. requests[("list", "pods")]; reset_counts()
     open_watches    number of live watch streams (poll it before drop_watches/compact in tests)
@@ -158,6 +160,13 @@ class ApiServer:
     def fail_next(self, verb: str, resource: str, status: int = 500, count: int = 1) -> None:
         with self.controls.lock:
             self.controls.faults.append(Fault(verb, resource, status, count))
+
+    def delay(self, verb: str, resource: str, seconds: float) -> None:
+        with self.controls.lock:
+            if seconds:
+                self.controls.delays[(verb, resource)] = seconds
+            else:
+                self.controls.delays.pop((verb, resource), None)
 
     def reset_counts(self) -> None:
         with self.controls.lock:

@@ -3,9 +3,12 @@
 Not a kubelet: only its device-manager side. It serves `Registration` on `<dir>/kubelet.sock`; inside
 Register it checks version and resource name, dials the plugin back and calls GetDevicePluginOptions
 before answering (as current kubelets do), then reads ListAndWatch in the background with the
-kubelet's 4 MB receive limit. `admit(pod)` calls Allocate once per GPU container (init containers
-first), choosing free healthy device IDs itself; `restart()` deletes the socket files and recreates
-kubelet.sock. Devices in use survive restarts, like the kubelet's checkpoint.
+kubelet's 4 MB receive limit. `admit(pod)` adds the pod to its pod list, then per GPU container (init
+containers first) picks free healthy device IDs, asking GetPreferredAllocation first when the plugin
+advertises it (taking the advice when it is valid, as the device manager's devicesToAllocate does), and
+calls Allocate. With `pod_resources` it serves PodResources v1 List on that socket: admitted pods and
+the one being admitted, with the device IDs of each container allocated so far. `restart()` deletes the
+socket files and recreates kubelet.sock. Devices in use survive restarts, like the kubelet's checkpoint.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from typing import Any
 import grpc
 
 from webhook.core import demand, resources
+from webhook.deviceplugin.podresources.v1 import api_pb2 as pr_pb2
+from webhook.deviceplugin.podresources.v1 import api_pb2_grpc as pr_grpc
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 KUBELET_MAX_MESSAGE = 4 * 1024 * 1024  # grpc-go's default receive limit, which the kubelet keeps
@@ -57,10 +62,53 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
         return api_pb2.Empty()
 
 
+class _PodResources(pr_grpc.PodResourcesListerServicer):
+    def __init__(self, kubelet: Kubelet) -> None:
+        self.kubelet = kubelet
+
+    def List(  # noqa: N802
+        self, request: pr_pb2.ListPodResourcesRequest, context: grpc.ServicerContext
+    ) -> pr_pb2.ListPodResourcesResponse:
+        k = self.kubelet
+        with k._lock:
+            k.lists += 1
+            listed = [
+                pr_pb2.PodResources(
+                    name=pod["metadata"]["name"],
+                    namespace=pod["metadata"].get("namespace", "default"),
+                    containers=[
+                        pr_pb2.ContainerResources(
+                            name=c["name"],
+                            devices=[
+                                pr_pb2.ContainerDevices(resource_name=k.resource_name, device_ids=ids)
+                                for ids in [k.assigned.get(uid, {}).get(c["name"], [])]
+                                if ids
+                            ],
+                        )
+                        # The kubelet lists app containers and restartable (sidecar) init containers.
+                        for c in [
+                            *(i for i in pod["spec"].get("initContainers") or [] if i.get("restartPolicy")),
+                            *pod["spec"]["containers"],
+                        ]
+                    ],
+                )
+                for uid, pod in k.active.items()
+            ]
+        return pr_pb2.ListPodResourcesResponse(pod_resources=listed)
+
+
 class Kubelet:
-    def __init__(self, plugin_dir: Path, resource_name: str = resources.GPU_MEMORY) -> None:
+    def __init__(
+        self, plugin_dir: Path, resource_name: str = resources.GPU_MEMORY, pod_resources: Path | None = None
+    ) -> None:
         self.plugin_dir = plugin_dir
         self.resource_name = resource_name
+        self.pod_resources = pod_resources
+        self.active: dict[str, Mapping[str, Any]] = {}  # the pod manager: uid -> pod, admission order
+        self.assigned: dict[str, dict[str, list[str]]] = {}  # uid -> container -> device IDs
+        self.preferred_calls = 0
+        self.lists = 0
+        self._pr_server: grpc.Server | None = None
         self.registrations: list[api_pb2.RegisterRequest] = []
         self.options: api_pb2.DevicePluginOptions | None = None
         self.devices: dict[str, str] = {}  # ID -> health, from the last ListAndWatch message
@@ -80,12 +128,29 @@ class Kubelet:
         srv.add_insecure_port(f"unix://{self.plugin_dir / 'kubelet.sock'}")
         srv.start()
         self._server = srv
+        if self.pod_resources is not None:
+            self.serve_pod_resources(self.pod_resources)
         return self
+
+    def serve_pod_resources(self, path: Path) -> None:
+        """Serve PodResources List on `path` (also later, for a plugin that started without it)."""
+        if self._pr_server is not None:
+            return
+        self.pod_resources = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pr = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        pr_grpc.add_PodResourcesListerServicer_to_server(_PodResources(self), pr)
+        pr.add_insecure_port(f"unix://{path}")
+        pr.start()
+        self._pr_server = pr
 
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop(0).wait(5)
             self._server = None
+        if self._pr_server is not None:
+            self._pr_server.stop(0).wait(5)
+            self._pr_server = None
         self._disconnect()
 
     def restart(self) -> None:
@@ -155,16 +220,37 @@ class Kubelet:
         response: api_pb2.AllocateResponse = self._stub.Allocate(request, timeout=timeout)
         return response
 
-    def choose(self, count: int) -> list[str]:
-        """Free healthy devices, as the kubelet's device manager picks them (not per GPU)."""
+    def free(self) -> list[str]:
         with self._lock:
             used = set().union(*self.in_use.values()) if self.in_use else set()
-            free = [i for i, h in sorted(self.devices.items()) if h == "Healthy" and i not in used]
+            return [i for i, h in sorted(self.devices.items()) if h == "Healthy" and i not in used]
+
+    def choose(self, count: int) -> list[str]:
+        """Free healthy devices; the plugin's preference first when it offers one (devicesToAllocate)."""
+        free = self.free()
         if len(free) < count:
             raise LookupError(
                 f"requested number of devices unavailable. Requested: {count}, Available: {len(free)}"
             )
+        if self.options is not None and self.options.get_preferred_allocation_available:
+            preferred = self.prefer(free, count)
+            if len(set(preferred) & set(free)) == count == len(preferred):
+                return preferred
         return free[:count]
+
+    def prefer(self, available: list[str], count: int) -> list[str]:
+        assert self._stub is not None, "no plugin registered"
+        request = api_pb2.PreferredAllocationRequest(
+            container_requests=[
+                api_pb2.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=available, must_include_deviceIDs=[], allocation_size=count
+                )
+            ]
+        )
+        response = self._stub.GetPreferredAllocation(request, timeout=10)
+        with self._lock:
+            self.preferred_calls += 1
+        return list(response.container_responses[0].deviceIDs)
 
     def admit(self, pod: Mapping[str, Any]) -> list[dict[str, str]]:
         """Allocate for each GPU container of the pod, in the kubelet's order; the envs, one per call.
@@ -175,6 +261,8 @@ class Kubelet:
         spec = pod.get("spec") or {}
         envs = []
         containers = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+        with self._lock:
+            self.active[uid] = pod  # kubelet.go: podManager.AddPod before canAdmitPod
         try:
             for container in containers:
                 count = demand.container_units(container, self.resource_name)
@@ -184,6 +272,7 @@ class Kubelet:
                 response = self.allocate_ids(ids)
                 with self._lock:
                     self.in_use.setdefault(uid, set()).update(ids)
+                    self.assigned.setdefault(uid, {})[container["name"]] = list(ids)
                 envs.append(dict(response.container_responses[0].envs))
         except Exception:
             self.release(uid)
@@ -193,3 +282,5 @@ class Kubelet:
     def release(self, uid: str) -> None:
         with self._lock:
             self.in_use.pop(uid, None)
+            self.assigned.pop(uid, None)
+            self.active.pop(uid, None)

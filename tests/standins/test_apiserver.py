@@ -378,11 +378,17 @@ def test_create_refuses_a_body_for_another_namespace_and_a_missing_name(apiserve
     assert info.value.status == 422 and status_of(info.value)["reason"] == "Invalid"
 
 
-def test_latency_is_added_to_every_request(apiserver: ApiServer):
+def test_latency_is_added_to_every_request_and_a_delay_to_the_requests_named(apiserver: ApiServer):
     apiserver.latency = 0.1
     started = time.monotonic()
     apiserver.core.list_node()
     assert time.monotonic() - started >= 0.1
+    apiserver.latency, started = 0.0, time.monotonic()
+    apiserver.delay("list", "nodes", 0.2)
+    apiserver.core.list_namespaced_pod("default")
+    assert time.monotonic() - started < 0.2
+    apiserver.core.list_node()
+    assert time.monotonic() - started >= 0.2
 
 
 def test_a_pod_in_graceful_deletion_can_still_be_patched(apiserver: ApiServer):

@@ -6,7 +6,6 @@ metric per review. Deciding is `review.review`'s job.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from datetime import UTC, datetime, timedelta
@@ -15,11 +14,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from webhook.admission import review
+from webhook.admission import codec, review
 from webhook.admission.settings import AdmissionSettings
 from webhook.core import certificates
 from webhook.serving import body as body_limit
@@ -31,9 +30,6 @@ MUTATE_PATH = "/mutate"
 VALIDATE_PATH = "/validate"
 METRICS_NAMESPACE = "gpushare_webhook"
 JSON_TYPES = ("application/json",)
-# Starlette's JSONResponse options (compact, UTF-8, no NaN), in one encoder built once: json.dumps with
-# options builds a new encoder per call.
-_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def create_app(
@@ -84,10 +80,13 @@ async def _answer(
         body = await body_limit.read_limited(request, limit)
     except body_limit.BodyTooLarge as exc:
         return _error(413, str(exc)), "too_large", None
+    except ClientDisconnect:
+        # The caller gave up (its timeout, or ours closed it); nothing will read an answer.
+        return _error(400, "client disconnected before sending the whole body"), "disconnected", None
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError) as exc:
-        return _error(400, f"body is not valid JSON: {_first_line(exc)}"), "bad_request", None
+        data = codec.decode(body)
+    except codec.DecodeError as exc:
+        return _error(400, f"body is not valid JSON: {exc}"), "bad_request", None
     try:
         result = review.review(data, name, policy)
     except review.ReviewError as exc:
@@ -130,7 +129,7 @@ def _generate_name(req: review.Request) -> str:
 
 
 def _json(content: Any, status: int = 200) -> Response:
-    return Response(_ENCODER.encode(content).encode(), status_code=status, media_type="application/json")
+    return Response(codec.encode(content), status_code=status, media_type="application/json")
 
 
 def _error(status: int, message: str) -> Response:
@@ -141,11 +140,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     # Starlette raises these for unknown paths (404) and wrong methods (405); answer them in JSON too.
     assert isinstance(exc, HTTPException)
     return JSONResponse(review.error_body(exc.detail), status_code=exc.status_code, headers=exc.headers)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:200]
 
 
 def prepare_certs(settings: AdmissionSettings, now: datetime) -> tls.TlsFiles:

@@ -7,19 +7,22 @@ a rule failure is an ordinary denial inside a 200 response.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict
 
+from webhook.admission import codec
 from webhook.core import verdict
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_WARNING_CHARS = 120  # contracts §1.5: longer ones may be truncated by the API server
-# Compact JSON for the patch, built once (json.dumps with options builds a new encoder per call).
-_COMPACT = json.JSONEncoder(separators=(",", ":"))
+# A denial lists at most this many problems and characters: a Pod with 40,000 bad containers must not
+# get a 9 MB answer that the API server stores in events and kubectl prints whole.
+MAX_LISTED_PROBLEMS = 20
+MAX_WARNINGS = 20
+MAX_MESSAGE_CHARS = 8192
 
 Endpoint = Literal["mutate", "validate"]
 # What happened, for logs and metrics: skipped = allowed without looking at the object.
@@ -151,13 +154,13 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
             "status": "Failure",
             "code": 403,
             "reason": "Forbidden",
-            "message": found.message(),
+            "message": cap_message(found.message()),
         }
         return Result(_envelope(response), req, "denied", len(found.violations))
     if endpoint == "mutate":
         ops = verdict.mutation_patch(req.obj, found, policy.rules)
         if ops:
-            raw = _COMPACT.encode(ops).encode()
+            raw = codec.encode(ops)
             response["patch"] = base64.b64encode(raw).decode("ascii")
             response["patchType"] = "JSONPatch"
             return Result(_envelope(response), req, "patched")
@@ -181,15 +184,36 @@ def _examined(req: Request, endpoint: Endpoint, policy: Policy) -> bool:
 
 
 def clean_warnings(warnings: tuple[str, ...] | list[str]) -> list[str]:
-    """Warnings the API server keeps (§1.5): no control characters, <= 120 characters, no duplicates."""
-    out: list[str] = []
+    """Warnings the API server keeps (§1.5): no control characters, <= 120 characters, no duplicates;
+    at most MAX_WARNINGS, the last saying how many more there were."""
+    out: dict[str, None] = {}
     for text in warnings:
         line = "".join(ch if ch.isprintable() else " " for ch in str(text)).strip()
         if len(line) > MAX_WARNING_CHARS:
             line = line[: MAX_WARNING_CHARS - 3] + "..."
-        if line and line not in out:
-            out.append(line)
-    return out
+        if line:
+            out[line] = None
+    lines = list(out)
+    if len(lines) > MAX_WARNINGS:
+        lines[MAX_WARNINGS - 1 :] = [f"... and {len(lines) - MAX_WARNINGS + 1} more warnings"]
+    return lines
+
+
+def cap_message(message: str) -> str:
+    """The first line and the first MAX_LISTED_PROBLEMS problems of a denial, within MAX_MESSAGE_CHARS,
+    then a line saying how many more there are."""
+    lines = message.split("\n")
+    kept, size = lines[:1], len(lines[0])
+    for line in lines[1 : 1 + MAX_LISTED_PROBLEMS]:
+        if size + 1 + len(line) > MAX_MESSAGE_CHARS - 80:  # room for the closing line
+            break
+        kept.append(line)
+        size += 1 + len(line)
+    if len(kept) == len(lines):
+        return message
+    if len(kept) == 1 and len(kept[0]) > MAX_MESSAGE_CHARS - 80:
+        kept[0] = kept[0][: MAX_MESSAGE_CHARS - 83] + "..."
+    return "\n".join([*kept, f"... and {len(lines) - len(kept)} more (fix these and apply again)"])
 
 
 def error_body(message: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from webhook.cli import exitcodes, helpformat
 from webhook.core import certificates
 from webhook.serving import tls
 
@@ -48,14 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpushare certs",
         description="Write a development CA and a serving certificate for the webhook "
         "(tls.crt, tls.key, ca.crt, ca.key; keys mode 0600).",
+        formatter_class=helpformat.DefaultsFormatter,
     )
-    p.add_argument("--out-dir", type=Path, default=Path("certs"), help="directory to write (default certs)")
+    p.add_argument("--out-dir", type=Path, default=Path("certs"), help="directory to write (default: certs)")
     p.add_argument(
         "--dns",
         action="append",
         type=dns_name,
         metavar="NAME",
-        help="DNS name for the certificate (repeatable; default localhost), "
+        help="DNS name for the certificate (repeatable; default: localhost), "
         "e.g. gpushare-webhook.gpushare.svc",
     )
     p.add_argument(
@@ -63,10 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         type=ip_address,
         metavar="ADDRESS",
-        help="IP SAN (repeatable; default 127.0.0.1)",
+        help="IP SAN (repeatable; default: 127.0.0.1)",
     )
-    p.add_argument("--days", type=days, default=365, help="serving certificate validity (default 365)")
-    p.add_argument("--ca-days", type=days, default=3650, help="CA validity when one is made (default 3650)")
+    p.add_argument("--days", type=days, default=365, help="serving certificate validity (default: 365)")
+    p.add_argument("--ca-days", type=days, default=3650, help="CA validity when one is made (default: 3650)")
     p.add_argument("--new-ca", action="store_true", help="make a new CA even when the directory has one")
     return p
 
@@ -91,8 +93,8 @@ def main(argv: list[str]) -> int:
         )
     except (tls.TlsError, certificates.CertificateError) as exc:
         print(f"gpushare certs: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     made = "reused CA" if ca is not None else "new CA"
     print(f"wrote {out.serving.cert}, {out.serving.key}, {out.ca_cert}, {out.ca_key} ({made})")
     print(f"SANs: {', '.join([*dns_names, *ips])}; valid {args.days} days")
-    return 0
+    return exitcodes.OK

@@ -7,6 +7,7 @@ the webhook's; this module only reads files, places findings at a line and sets 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,10 +15,14 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from webhook.admission import settings as admission_settings
-from webhook.cli import manifests, report
+from webhook.cli import manifests, progress, report
+from webhook.core import annotations as ann
 from webhook.core import verdict
 
 OUTPUTS = ("text", "json")
+# A terminal gets a progress line from this many objects on (Helm output of thousands of documents);
+# smaller inputs finish before a line would be worth drawing.
+PROGRESS_AFTER = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the webhook's YAML config file: resources, isolation, schedulerName, excludedNamespaces",
     )
     parser.add_argument(
+        "--memory-unit",
+        type=ann.memory_unit,
+        metavar="UNIT",
+        help="unit of aliyun.com/gpu-mem, as the extender counts it: GiB (default), MiB or <N>MiB; "
+        "messages suggest values in it",
+    )
+    parser.add_argument(
         "-q", "--quiet", action="store_true", help="text output: only violations, warnings and errors"
     )
     return parser
@@ -70,17 +82,27 @@ def main(argv: list[str]) -> int:
 
 def settings_from_args(args: argparse.Namespace) -> CheckSettings:
     config: dict[str, Any] = admission_settings.load_config(args.config) if args.config else {}
+    policy = admission_settings.policy_from_config(config)
+    if args.memory_unit is not None:
+        policy = dataclasses.replace(policy, memory_unit=args.memory_unit)
     return CheckSettings(
         paths=tuple(args.paths),
         output=args.output,
-        policy=admission_settings.policy_from_config(config),
+        policy=policy,
         excluded_namespaces=admission_settings.excluded_from_config(config),
         quiet=args.quiet,
     )
 
 
-def run(settings: CheckSettings, stdin: BinaryIO | None = None, out: TextIO | None = None) -> int:
-    found = check_paths(settings.paths, settings.policy, settings.excluded_namespaces, stdin)
+def run(
+    settings: CheckSettings,
+    stdin: BinaryIO | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Check, then write the report to `out`; a progress line goes to `err` when it is a terminal."""
+    with progress.Progress(err) as line:
+        found = check_paths(settings.paths, settings.policy, settings.excluded_namespaces, stdin, line)
     text = (
         report.render_json(found) if settings.output == "json" else report.render_text(found, settings.quiet)
     )
@@ -93,12 +115,16 @@ def check_paths(
     policy: verdict.Policy,
     excluded_namespaces: frozenset[str] = frozenset(),
     stdin: BinaryIO | None = None,
+    line: progress.Progress | None = None,
 ) -> report.Report:
     """Read and check every path; documents are checked as they are read and then dropped."""
     found = report.Report()
     sources: set[str] = set()
     for item in manifests.read_paths(paths, stdin):
         sources.add(item.source)
+        if line is not None and found.objects >= PROGRESS_AFTER:
+            files = f" in {len(sources):,} files" if len(sources) > 1 else ""
+            line.show(f"checking: {found.objects:,} objects{files}")
         if isinstance(item, manifests.ReadError):
             found.errors.append(report.Problem(item.source, item.line, item.problem))
         elif isinstance(item, manifests.Skipped):

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from webhook.cli import exitcodes, helpformat
 from webhook.core import certificates
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
@@ -269,10 +270,8 @@ class KubeCluster:
         try:
             reply: Obj = rest.request(self._api, method, path, body=body, content_type=content_type) or {}
         except kube_errors.ApiError as exc:
-            message = exc.message or exc.reason
-            raise ClusterError(
-                exc.status, message if exc.status else f"API server unreachable: {message}"
-            ) from None
+            # A transport error's message already says "cannot reach the API server at <url>: <why>".
+            raise ClusterError(exc.status, exc.message or exc.reason) from None
         return reply
 
 
@@ -293,22 +292,36 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpushare ensure-certs",
         description="In-cluster: keep the webhook's TLS Secret (tls.crt, tls.key, ca.crt) valid and its CA "
         "in the caBundle of the named webhook configurations. Safe to run again and concurrently.",
+        formatter_class=helpformat.DefaultsFormatter,
     )
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"), help="the Secret's namespace "
                    "(default: $POD_NAMESPACE)")  # fmt: skip
     p.add_argument("--secret", required=True, help="name of the kubernetes.io/tls Secret")
     p.add_argument("--service-dns", action="append", default=[], required=True, metavar="NAME",
                    help="DNS name the serving certificate must hold (repeatable)")  # fmt: skip
-    p.add_argument("--mutating-webhook-configuration", action="append", default=[], metavar="NAME")
-    p.add_argument("--validating-webhook-configuration", action="append", default=[], metavar="NAME")
-    p.add_argument("--ca-valid-days", type=_positive, default=3650)
+    p.add_argument(
+        "--mutating-webhook-configuration",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="MutatingWebhookConfiguration to put the CA into (repeatable; default: none)",
+    )
+    p.add_argument(
+        "--validating-webhook-configuration",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="ValidatingWebhookConfiguration to put the CA into (repeatable; default: none)",
+    )
+    p.add_argument("--ca-valid-days", type=_positive, default=3650, help="lifetime of a new CA")
     p.add_argument("--valid-days", type=_positive, default=365, help="serving certificate lifetime")
     p.add_argument("--renew-before-days", type=_non_negative, default=30,
                    help="renew when the certificate or CA expires within this many days")  # fmt: skip
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--server", help="API server URL without auth (tests, kubectl proxy)")
-    p.add_argument("--log-format", choices=("json", "text"), default="json")
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    p.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
+    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                   help="log level")  # fmt: skip
     return p
 
 
@@ -316,11 +329,12 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if not args.namespace:
         print("gpushare ensure-certs: --namespace is required (or set POD_NAMESPACE)", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     if args.renew_before_days >= args.valid_days:
         print("gpushare ensure-certs: --renew-before-days must be less than --valid-days", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     logs.configure(args.log_level, args.log_format)
+    kube_client.quiet_transport_logs()  # a failure is reported once below, not as a warning per retry
     settings = EnsureSettings(
         namespace=args.namespace,
         secret=args.secret,
@@ -336,12 +350,12 @@ def main(argv: list[str]) -> int:
         client = api_client(args.kubeconfig, args.server)
     except ClusterError as exc:
         print(f"gpushare ensure-certs: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     try:
         outcome = ensure(KubeCluster(client), settings, lambda: datetime.now(UTC))
     except (ClusterError, certificates.CertificateError) as exc:
         print(f"gpushare ensure-certs: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
     finally:
         client.close()
     summary = {
@@ -353,7 +367,7 @@ def main(argv: list[str]) -> int:
         "seconds": round(time.monotonic() - started, 3),
     }
     print(json.dumps(summary, sort_keys=True))
-    return 0
+    return exitcodes.OK
 
 
 def _positive(text: str) -> int:

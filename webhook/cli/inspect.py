@@ -1,7 +1,8 @@
 """`gpushare inspect`: allocated and total GPU memory per node and per GPU, from the cluster or the extender.
 
 From the cluster, each node's ledger is `webhook.core.accounting.build` over its pods' annotations: the
-numbers the extender schedules with. From `--extender`, its /inspect answer is shown as it is.
+numbers the extender schedules with. From `--extender`, its /inspect answer is shown as it is. On a
+terminal, a progress line on stderr counts the nodes and pods read; it is erased before the table prints.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cli import api_errors, exitcodes, helpformat
 from webhook.cli import inspect_table as table
+from webhook.cli import progress as progress_line
 from webhook.core import accounting, resources
 from webhook.core import annotations as ann
 from webhook.kube import client as kube_client
@@ -50,15 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpushare inspect",
         description="Show allocated/total GPU memory per node and per GPU, and the cluster total.",
+        epilog="Exit status: 0 shown, 1 the cluster or extender could not be read, 2 bad arguments or "
+        "kubeconfig, 130 interrupted.",
+        formatter_class=helpformat.DefaultsFormatter,
     )
     parser.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes (default: every GPU node)")
     parser.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU")
-    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format (text)")
+    parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format")
     parser.add_argument(
         "--unit",
         type=ann.memory_unit,
         default="GiB",
-        help="the cluster's gpu-mem unit, as the extender's --memory-unit (GiB)",
+        help="the cluster's gpu-mem unit, as the extender's --memory-unit",
     )
     source = parser.add_argument_group(
         "source (default: the cluster through kubeconfig or in-cluster config)"
@@ -66,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--kubeconfig", default="", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)"
     )
-    source.add_argument("--context", default="", help="kubeconfig context")
+    source.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
     source.add_argument("--server", default="", help="API server URL, e.g. http://127.0.0.1:8080 (no auth)")
     source.add_argument(
         "--extender",
@@ -74,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="URL",
         help="read the extender's inspect API instead, e.g. http://127.0.0.1:39999/gpushare-scheduler",
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request (30)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     return parser
 
 
@@ -93,49 +99,64 @@ def main(argv: list[str]) -> int:
         output=args.output,
         unit=args.unit,
         extender=args.extender,
-        client=kube_client.ClientSettings(host=args.server, kubeconfig=args.kubeconfig, context=args.context),
+        # No retries: an unreachable server fails after one --timeout, and urllib3 logs nothing.
+        client=kube_client.ClientSettings(
+            host=args.server, kubeconfig=args.kubeconfig, context=args.context, retries=0
+        ),
         timeout_s=args.timeout,
     )
+    kube_client.quiet_transport_logs()
     return run(settings)
 
 
-def run(settings: InspectSettings, out: Any = None) -> int:
+def run(settings: InspectSettings, out: Any = None, progress: progress_line.Progress | None = None) -> int:
+    progress = progress or progress_line.Progress()
     try:
-        cluster = from_extender(settings) if settings.extender else from_cluster(settings)
-    except (InspectError, kube_errors.ApiError) as err:
+        with progress:
+            cluster = (
+                from_extender(settings, progress) if settings.extender else from_cluster(settings, progress)
+            )
+    except InspectError as err:
         print(f"gpushare inspect: {err}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE
+    except kube_errors.ApiError as err:
+        print(f"gpushare inspect: {api_errors.describe(err)}", file=sys.stderr)
+        return api_errors.exit_code(err)
     text = (
         table.render_json(cluster)
         if settings.output == "json"
         else table.render_text(cluster, settings.details)
     )
     (out or sys.stdout).write(text)
-    return 0
+    return exitcodes.OK
 
 
 # --- from the cluster -------------------------------------------------------------------------------
 
 
-def from_cluster(settings: InspectSettings) -> table.ClusterUse:
+def from_cluster(
+    settings: InspectSettings, progress: progress_line.Progress | None = None
+) -> table.ClusterUse:
     """Nodes and pods through the Kubernetes API; each node's memory counted by core accounting."""
+    progress = progress or progress_line.Progress(enabled=False)
     api = kube_client.connect(settings.client)
     timeout = settings.timeout_s
     try:
         if settings.nodes:
-            nodes = [
-                rest.request(api, "GET", rest.path("nodes", name), timeout=timeout) for name in settings.nodes
-            ]
-            pods = [
-                pod
-                for name in settings.nodes
-                for pod in rest.list_all(
-                    api, rest.path("pods"), query={"fieldSelector": f"spec.nodeName={name}"}, timeout=timeout
-                )
-            ]
+            nodes: list[dict[str, Any]] = []
+            pods: list[dict[str, Any]] = []
+            for i, name in enumerate(settings.nodes, 1):
+                where = f" ({i}/{len(settings.nodes)})" if len(settings.nodes) > 1 else ""
+                progress.show(f"reading node {name}{where}", force=True)
+                nodes.append(_get_node(api, name, timeout))
+                query = {"fieldSelector": f"spec.nodeName={name}"}
+                listed = rest.list_all(api, rest.path("pods"), query=query, timeout=timeout)
+                pods += progress.counted(listed, f"reading pods of {name}{where}")
         else:
-            nodes = list(rest.list_all(api, rest.path("nodes"), page_size=PAGE_SIZE, timeout=timeout))
-            pods = list(rest.list_all(api, rest.path("pods"), page_size=PAGE_SIZE, timeout=timeout))
+            listed = rest.list_all(api, rest.path("nodes"), page_size=PAGE_SIZE, timeout=timeout)
+            nodes = list(progress.counted(listed, "reading nodes"))
+            listed = rest.list_all(api, rest.path("pods"), page_size=PAGE_SIZE, timeout=timeout)
+            pods = list(progress.counted(listed, f"nodes: {len(nodes):,}; reading pods"))
     finally:
         api.close()  # type: ignore[no-untyped-call]
     return cluster_use(nodes, pods, settings.unit, settings.names, keep_all=bool(settings.nodes))
@@ -178,6 +199,14 @@ def cluster_use(
     return table.ClusterUse(unit=unit, nodes=tuple(rows))
 
 
+def _get_node(api: Any, name: str, timeout: float) -> dict[str, Any]:
+    try:
+        node: dict[str, Any] = rest.request(api, "GET", rest.path("nodes", name), timeout=timeout)
+    except kube_errors.NotFoundError:
+        raise InspectError(f'node "{name}" not found') from None
+    return node
+
+
 def _address(node: Mapping[str, Any]) -> str:
     for address in (node.get("status") or {}).get("addresses") or []:
         if isinstance(address, dict) and address.get("type") == "InternalIP":
@@ -193,14 +222,18 @@ def _split_key(key: str) -> tuple[str, str]:
 # --- from the extender ------------------------------------------------------------------------------
 
 
-def from_extender(settings: InspectSettings) -> table.ClusterUse:
+def from_extender(
+    settings: InspectSettings, progress: progress_line.Progress | None = None
+) -> table.ClusterUse:
     """The extender's own view (GET <prefix>/inspect[/<node>]): what it schedules with right now."""
+    progress = progress or progress_line.Progress(enabled=False)
     base = settings.extender.rstrip("/")
     if not base.endswith(EXTENDER_INSPECT):
         base += EXTENDER_INSPECT
     urls = [f"{base}/{urllib.parse.quote(n, safe='')}" for n in settings.nodes] or [base]
     rows: list[table.NodeUse] = []
-    for url in urls:
+    for i, url in enumerate(urls, 1):
+        progress.show(f"asking the extender ({i}/{len(urls)})", force=True)
         data = _fetch(url, settings.timeout_s)
         nodes = data.get("nodes") if isinstance(data, dict) else None
         if not isinstance(nodes, list):
@@ -226,6 +259,8 @@ def _fetch(url: str, timeout: float) -> Any:
         raise InspectError(f"extender at {url} answered HTTP {err.code}: {detail.strip()}") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
+        if isinstance(reason, OSError) and reason.strerror:  # "connection refused", not "[Errno 111] ..."
+            reason = reason.strerror[:1].lower() + reason.strerror[1:]
         raise InspectError(f"cannot reach the extender at {url}: {reason}") from None
     try:
         return json.loads(body)

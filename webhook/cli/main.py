@@ -1,16 +1,21 @@
 """`gpushare`: one entry point, one subcommand per part.
 
 Each subcommand lives in its own module with `build_parser()` and `main(argv) -> int`; it is imported
-only when asked for, so `gpushare check` starts without loading the servers' frameworks.
+only when asked for, so `gpushare check` starts without loading the servers' frameworks. Whatever the
+command, Ctrl-C ends it with exit 130 and a closed pipe with 141, neither with a traceback
+(`webhook.cli.exitcodes`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 
 from webhook import __version__
+from webhook.cli import exitcodes
 
 # subcommand -> (module under webhook.cli, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -33,19 +38,44 @@ def usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help", "help"):
+    if not args:  # no command is a usage error, as for git and kubectl: scripts must not read it as success
+        print(usage(), file=sys.stderr)
+        return exitcodes.USAGE
+    if args[0] in ("-h", "--help", "help"):
         print(usage())
-        return 0
+        return exitcodes.OK
     if args[0] in ("--version", "version"):
         print(__version__)
-        return 0
+        return exitcodes.OK
     command = COMMANDS.get(args[0])
     if command is None:
         print(f"gpushare: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
-        return 2
-    module = importlib.import_module(f"webhook.cli.{command[0]}")
-    result: int = module.main(args[1:])
+        return exitcodes.USAGE
+    try:
+        module = importlib.import_module(f"webhook.cli.{command[0]}")
+        result: int = module.main(args[1:])
+    except KeyboardInterrupt:
+        # On a terminal the shell has echoed "^C": start the message on a line of its own.
+        print(f"{_newline_on_terminal()}gpushare {args[0]}: interrupted", file=sys.stderr)
+        return exitcodes.INTERRUPTED
+    except BrokenPipeError:
+        _drop_stdout()
+        return exitcodes.BROKEN_PIPE
     return result
+
+
+def _newline_on_terminal() -> str:
+    with contextlib.suppress(AttributeError, ValueError):
+        if sys.stderr.isatty():
+            return "\n"
+    return ""
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on the closed pipe again."""
+    # OSError/ValueError: stdout replaced by something without a descriptor (tests, embedding).
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 if __name__ == "__main__":

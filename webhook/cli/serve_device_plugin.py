@@ -74,6 +74,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long Allocate waits for the pod watch to show the pod being admitted (default 3)",
     )
+    p.add_argument(
+        "--pod-resources-socket",
+        default=str(dp_settings.DEFAULT_POD_RESOURCES),
+        metavar="PATH",
+        help="the kubelet PodResources API socket, to check which pod got which devices "
+        f'(default {dp_settings.DEFAULT_POD_RESOURCES}; "" turns it off)',
+    )
+    p.add_argument(
+        "--reconcile-period",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="reconcile annotations with the PodResources API this often, and after Allocates (default 30)",
+    )
+    p.add_argument(
+        "--api-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="exit 1 when the API server cannot be reached this long at start (default 30)",
+    )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     p.add_argument("--log-format", choices=("json", "text"), default="json")
     return p
@@ -94,6 +115,9 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_
         api_host=args.api_host,
         health_port=args.health_port,
         allocate_wait_s=args.allocate_wait,
+        pod_resources_socket=Path(args.pod_resources_socket) if args.pod_resources_socket else None,
+        reconcile_s=args.reconcile_period,
+        api_timeout_s=args.api_timeout,
         log_level=args.log_level,
         log_format=args.log_format,
     ).validate()

@@ -1,4 +1,7 @@
-"""`gpushare extender`: flags and env -> ExtenderSettings -> webhook.extender.service.run."""
+"""`gpushare extender`: flags and env -> ExtenderSettings -> webhook.extender.service.run.
+
+Bad flags exit 2, a failed start (address in use, no API access) exits 1, SIGTERM/SIGINT exit 0.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +10,42 @@ import os
 import sys
 from pathlib import Path
 
+from webhook.cli import exitcodes, helpformat
 from webhook.core import allocator
 from webhook.core import annotations as ann
 from webhook.extender import service
 from webhook.extender import settings as ext_settings
+from webhook.kube import client as kube_client
 from webhook.serving import logs
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gpushare extender", description="Serve the kube-scheduler extender.")
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=int, default=ext_settings.DEFAULT_PORT, help="port (default 39999)")
-    p.add_argument("--tls-cert", help="serving certificate (PEM); with --tls-key serves HTTPS")
+    p = argparse.ArgumentParser(
+        prog="gpushare extender",
+        description="Serve the kube-scheduler extender.",
+        formatter_class=helpformat.DefaultsFormatter,
+    )
+    p.add_argument(
+        "--host", default="0.0.0.0", help="address to listen on; 127.0.0.1 for this machine only, :: for IPv6"
+    )
+    p.add_argument("--port", type=int, default=ext_settings.DEFAULT_PORT, help="port to listen on")
+    p.add_argument(
+        "--tls-cert", help="serving certificate (PEM); with --tls-key serves HTTPS (default: plain HTTP)"
+    )
     p.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-    p.add_argument("--server", help="API server URL, overriding kubeconfig (e.g. kubectl proxy)")
+    p.add_argument("--server", help="API server URL without auth, overriding kubeconfig (e.g. kubectl proxy)")
     p.add_argument("--leader-elect", action="store_true", help="elect one binding replica through a Lease")
-    p.add_argument("--lease-name", default="gpushare-extender", help="Lease name (default gpushare-extender)")
+    p.add_argument("--lease-name", default="gpushare-extender", help="Lease name")
     p.add_argument(
         "--lease-namespace",
         default=os.environ.get("POD_NAMESPACE", "kube-system"),
         help="Lease namespace (default $POD_NAMESPACE or kube-system)",
     )
     p.add_argument(
-        "--identity", default=os.environ.get("POD_NAME", ""), help="leader identity (default $POD_NAME)"
+        "--identity",
+        default=os.environ.get("POD_NAME", ""),
+        help="leader identity (default $POD_NAME, else the hostname)",
     )
     p.add_argument(
         "--memory-unit",
@@ -42,10 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         choices=[x.value for x in allocator.Policy],
         default="binpack",
-        help="default placement policy",
+        help="placement policy for pods whose annotation names none",
     )
     p.add_argument(
-        "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="largest request body accepted"
+        "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="largest request body accepted, bytes"
     )
     p.add_argument(
         "--advertise-url",
@@ -63,8 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="name the HTTPS leader's certificate must carry (default: the host of its advertised URL)",
     )
-    p.add_argument("--log-level", choices=logs.LEVELS, default="info")
-    p.add_argument("--log-format", choices=logs.FORMATS, default="json")
+    p.add_argument("--log-level", choices=logs.LEVELS, default="info", help="log level")
+    p.add_argument("--log-format", choices=logs.FORMATS, default="json", help="log format")
     return p
 
 
@@ -111,11 +126,16 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
 
 
 def main(argv: list[str]) -> int:
-    settings = settings_from(build_parser().parse_args(argv))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")  # a usage error: exit 2
+    settings = settings_from(args)
     logs.configure(settings.log_level, settings.log_format)
+    kube_client.quiet_transport_logs()  # the watch and binder log their own failures, once, with context
     try:
         service.run(settings)
     except Exception as err:  # startup failures: one clear line, not a traceback
         print(f"gpushare extender: {err}", file=sys.stderr)
-        return 1
-    return 0
+        return exitcodes.FAILURE
+    return exitcodes.OK

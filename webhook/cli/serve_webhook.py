@@ -1,7 +1,7 @@
 """`gpushare webhook`: flags and the YAML config file -> AdmissionSettings -> `webhook.admission.app.run`.
 
 Flags override the file's keys. A bad flag or config exits 2 with the reason; a certificate or address
-problem at start exits 1.
+problem at start exits 1. The defaults shown in --help are AdmissionSettings' own, so they cannot drift.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from webhook.admission import app
 from webhook.admission import settings as admission_settings
+from webhook.cli import exitcodes
 from webhook.serving import server, tls
 
 # flag dest -> config file key: a flag given on the command line replaces that key of the file.
@@ -33,18 +34,23 @@ FLAG_KEYS: dict[str, str] = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    d = admission_settings.AdmissionSettings()  # the defaults a flag left out (and absent from --config) gets
     p = argparse.ArgumentParser(
         prog="gpushare webhook",
         description="Serve the admission webhook over HTTPS: POST /mutate, POST /validate, "
         "GET /healthz, /readyz, /metrics.",
     )
     p.add_argument("--config", type=Path, help="YAML config file (see docs/webhook.md); flags override it")
-    p.add_argument("--host", help="address to listen on (default 0.0.0.0)")
-    p.add_argument("--port", type=int, help="port to listen on (default 8443)")
+    p.add_argument(
+        "--host",
+        help=f"address to listen on (default: {d.host}: every IPv4 address, as a pod needs; 127.0.0.1 for "
+        "this machine only, :: for IPv6)",
+    )
+    p.add_argument("--port", type=int, help=f"port to listen on (default: {d.port})")
     p.add_argument(
         "--cert-dir",
         help="directory with tls.crt and tls.key (a mounted TLS Secret works); when both are missing a "
-        "development CA and serving certificate are generated there (default certs)",
+        f"development CA and serving certificate are generated there (default: {d.cert_dir})",
     )
     p.add_argument("--cert", help="serving certificate (PEM chain); with --key, instead of --cert-dir")
     p.add_argument("--key", help="private key (PEM) of --cert")
@@ -62,16 +68,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--scheduler-name",
-        help="also set spec.schedulerName to this on GPU-memory pods that use the default scheduler",
+        help="also set spec.schedulerName to this on GPU-memory pods that left it unset (default: unset, "
+        "pods keep the default scheduler)",
     )
-    p.add_argument("--max-body-bytes", type=int, help="largest request body (default 3145728, 3 MiB)")
-    p.add_argument("--log-level", choices=admission_settings.LOG_LEVELS, help="default info")
-    p.add_argument("--log-format", choices=admission_settings.LOG_FORMATS, help="default json")
+    p.add_argument(
+        "--max-body-bytes", type=int, help=f"largest request body in bytes (default: {d.max_body_bytes})"
+    )
+    p.add_argument(
+        "--log-level", choices=admission_settings.LOG_LEVELS, help=f"log level (default: {d.log_level})"
+    )
+    p.add_argument(
+        "--log-format", choices=admission_settings.LOG_FORMATS, help=f"log format (default: {d.log_format})"
+    )
     p.add_argument(
         "--cert-reload-interval",
         type=float,
         metavar="SECONDS",
-        help="how often the certificate files are checked for changes (default 1)",
+        help="how often the certificate files are checked for changes "
+        f"(default: {d.cert_reload_interval_s:g})",
     )
     return p
 
@@ -95,9 +109,9 @@ def main(argv: list[str]) -> int:
         settings = settings_from_args(args)
     except admission_settings.ConfigError as exc:
         print(f"gpushare webhook: {exc}", file=sys.stderr)
-        return 2
+        return exitcodes.USAGE
     try:
         return app.run(settings)
     except (tls.TlsError, server.ServeError) as exc:
         print(f"gpushare webhook: {exc}", file=sys.stderr)
-        return 1
+        return exitcodes.FAILURE

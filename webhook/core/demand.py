@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import quantity, resources
+from webhook.core import gpumem, resources, templates
+
+_NAME_LIMIT = 63
 
 
 class DemandError(ValueError):
@@ -44,24 +46,92 @@ class GpuMemoryDemand:
         return self.effective > 0
 
 
-def container_units(container: Mapping[str, Any], name: str = resources.GPU_MEMORY) -> int:
-    """A container's whole-unit limit (or, failing that, request) of resource `name`; 0 when absent."""
-    res = container.get("resources") or {}
+def _error(path: str, container: str | None, value: object, found: gpumem.Problem) -> DemandError:
+    # Worded as the webhook's Violation, so the extender and `gpushare check` say the same.
+    shown = None if value is None else gpumem.show(value)
+    return DemandError(gpumem.describe(path, container, shown, found.problem, found.fix))
+
+
+def _wrong_type(path: str, container: str | None, value: object, expected: str) -> DemandError:
+    # As rules.wrong_type: a scalar is shown, an object or list is not.
+    shown = None if isinstance(value, Mapping | list) else value
+    return _error(path, container, shown, gpumem.wrong_type(value, expected))
+
+
+def _name(container: Mapping[str, Any]) -> str | None:
+    name = container.get("name")
+    return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else None
+
+
+def _section(res: Mapping[str, Any], section: str, path: str, name: str | None) -> Mapping[str, Any]:
+    values = res.get(section)
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise _wrong_type(templates.join(path, section), name, values, "an object")
+    return values
+
+
+def container_units(
+    container: Mapping[str, Any],
+    name: str = resources.GPU_MEMORY,
+    unit: str = gpumem.DEFAULT_UNIT,
+    path: str = "",
+) -> int:
+    """A container's whole-unit limit (or, failing that, request) of resource `name`; 0 when absent.
+
+    `path` is the container's field path ("spec.containers[0]"), for messages; `unit` is named in them.
+    """
+    who = _name(container)
+    res = container.get("resources")
+    res_path = templates.join(path, "resources")
+    if res is None:
+        return 0
     if not isinstance(res, Mapping):
-        raise DemandError(f"container {container.get('name')!r}: resources must be an object")
+        raise _wrong_type(res_path, who, res, "an object")
     for section in ("limits", "requests"):
-        values = res.get(section) or {}
-        if isinstance(values, Mapping) and name in values:
-            try:
-                q = quantity.from_json(values[name])
-            except ValueError as err:  # QuantityError, or a value holding an int too long to print
-                raise DemandError(f"container {container.get('name')!r}: {section}[{name}] {err}") from None
-            if q.is_negative() or not q.is_integer():
-                raise DemandError(
-                    f"container {container.get('name')!r}: {section}[{name}] {q} is not a whole number"
-                )
-            return q.to_int()
+        values = _section(res, section, res_path, who)
+        if name not in values:
+            continue
+        raw = values[name]
+        at = f"{res_path}.{section}[{templates.printable(name, 60)}]"
+        parsed = gpumem.parse(raw)
+        found = gpumem.memory_problem(raw, parsed, name, unit)
+        if found is not None:
+            raise _error(at, who, raw, found)
+        assert not isinstance(parsed, str)  # memory_problem reports every unparsed value
+        return parsed.to_int()
     return 0
+
+
+def _asks(values: Mapping[str, Any], name: str) -> bool:
+    parsed = gpumem.parse(values.get(name))
+    return not isinstance(parsed, str) and parsed > 0
+
+
+def _check_shape(
+    container: Mapping[str, Any], path: str, names: resources.GpuResourceNames, unit: str
+) -> None:
+    """The rules' container-level denials that the extender must repeat: gpu-count as a resource, and
+    whole GPUs with gpu-mem in one container (see gpumem.count_resource, gpumem.whole_and_memory)."""
+    res = container.get("resources")
+    if not isinstance(res, Mapping):
+        return
+    res_path = templates.join(path, "resources")
+    for section in ("limits", "requests"):
+        values = res.get(section)
+        if isinstance(values, Mapping) and names.count in values:
+            at = f"{res_path}.{section}[{names.count}]"
+            raise _error(at, _name(container), values[names.count], gpumem.count_resource(names.count))
+    limits = res.get("limits")
+    limits = limits if isinstance(limits, Mapping) else {}
+    requests = res.get("requests")
+    requests = requests if isinstance(requests, Mapping) else {}
+    for key in sorted(k for k in {*limits, *requests} if isinstance(k, str) and names.is_whole_device(k)):
+        if _asks(limits if key in limits else requests, key):
+            section = "limits" if names.memory in limits else "requests"
+            found = gpumem.whole_and_memory(key, names.memory, unit)
+            raise _error(f"{res_path}.{section}", _name(container), None, found)
 
 
 def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_LABEL) -> int:
@@ -83,31 +153,59 @@ def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_L
     return int(text)
 
 
-def check_split(total: int, count: int, key: str = resources.GPU_COUNT_LABEL) -> None:
+def check_split(
+    total: int, count: int, key: str = resources.GPU_COUNT_LABEL, unit: str = gpumem.DEFAULT_UNIT
+) -> None:
     """Several GPUs for one pod: the pod's total must split evenly (N/M whole units per GPU)."""
     if count > 1 and total % count:
         raise DemandError(
-            f"label {key}={count} asks to split the pod's {total} units of GPU memory over {count} GPUs, "
-            f"which is not a whole number per GPU; use a total that is a multiple of {count}"
+            f"label {key}={count} asks to split the pod's {total} {unit} of GPU memory over {count} GPUs, "
+            f"which is not a whole number of {gpumem.unit_plural(unit)} per GPU; "
+            f"use a total that is a multiple of {count} {unit}"
         )
 
 
-def pod_demand(pod: Mapping[str, Any], names: resources.GpuResourceNames | None = None) -> GpuMemoryDemand:
-    """Read a pod (or pod template: metadata + spec) into its GPU-memory demand."""
+def pod_demand(
+    pod: Mapping[str, Any],
+    names: resources.GpuResourceNames | None = None,
+    unit: str = gpumem.DEFAULT_UNIT,
+) -> GpuMemoryDemand:
+    """Read a pod (or pod template: metadata + spec) into its GPU-memory demand.
+
+    Any JSON shape is read: a wrong type raises DemandError naming the field, never another error.
+    """
     names = names or resources.GpuResourceNames()
-    spec = pod.get("spec") or {}
-    metadata = pod.get("metadata") or {}
-    if not isinstance(spec, Mapping) or not isinstance(metadata, Mapping):
-        raise DemandError("pod spec and metadata must be objects")
-    app = tuple(container_units(c, names.memory) for c in _containers(spec, "containers"))
-    init = tuple(container_units(c, names.memory) for c in _containers(spec, "initContainers"))
+    parts = []
+    for key in ("spec", "metadata"):
+        value = pod.get(key)
+        if value is not None and not isinstance(value, Mapping):
+            # As templates.scan reports it for the webhook: no value shown.
+            raise _error(key, None, None, gpumem.wrong_type(value, "an object"))
+        parts.append(value or {})
+    spec, metadata = parts
+    app = _units(spec, "containers", names, unit)
+    init = _units(spec, "initContainers", names, unit)
     count = gpu_count(metadata.get("labels"), names.count)
-    check_split(sum(app), count, names.count)
+    check_split(sum(app), count, names.count, unit)
     return GpuMemoryDemand(containers=app, init_containers=init, gpu_count=count)
 
 
-def _containers(spec: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    items = spec.get(key) or []
-    if not isinstance(items, list) or not all(isinstance(c, Mapping) for c in items):
-        raise DemandError(f"spec.{key} must be a list of containers")
-    return items
+def _units(
+    spec: Mapping[str, Any], key: str, names: resources.GpuResourceNames, unit: str
+) -> tuple[int, ...]:
+    items = spec.get(key)
+    if items is None:
+        return ()
+    path = f"spec.{key}"
+    if not isinstance(items, list):
+        raise _wrong_type(path, None, items, "a list of containers")
+    out = []
+    for i, container in enumerate(items):
+        at = f"{path}[{i}]"
+        if not isinstance(container, Mapping):
+            raise _wrong_type(at, None, container, "an object (a container)")
+        units = container_units(container, names.memory, unit, at)
+        if units:
+            _check_shape(container, at, names, unit)
+        out.append(units)
+    return tuple(out)

@@ -1,18 +1,16 @@
-"""Kubelet-facing GPU memory: fake device IDs and their granularity, and which pod an Allocate is for.
+"""Kubelet-facing GPU memory: fake device IDs, their granularity, and the GPU each ID stands for.
 
-The kubelet counts `aliyun.com/gpu-mem` as fake devices (one per memory unit) and calls Allocate once
-per container with only a device count; `AllocationBook` maps that call to the pod and container the
-extender placed, and `container_env` turns the placement into the env protocol. Pure: no I/O, no clock.
+The kubelet counts `aliyun.com/gpu-mem` as fake devices (one per memory unit, `<GPU UUID>-_-<j>`), so a
+device ID names its GPU: that is how GetPreferredAllocation steers the kubelet to the extender's GPU and
+how Allocate and PodResources tell which GPU a container holds (core.matching). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from webhook.core import annotations as ann
-from webhook.core import demand, resources
 
 # `<GPU UUID>-_-<j>`, as the original plugin names them; the kubelet allows 63 characters.
 DEVICE_ID_SEPARATOR = "-_-"
@@ -26,18 +24,6 @@ DEFAULT_MIB_PER_DEVICE = 128
 
 class DeviceError(ValueError):
     """A device ID, inventory or granularity that cannot be used; the message says which and why."""
-
-
-class NoMatch(LookupError):
-    """No waiting pod on the node owns the container the kubelet asks devices for."""
-
-
-class Unplaceable(LookupError):
-    """The pod the kubelet is admitting cannot get GPU memory; it is named in `uid`."""
-
-    def __init__(self, uid: str, message: str) -> None:
-        super().__init__(message)
-        self.uid = uid
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,243 +141,30 @@ def node_devices(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Slot:
-    """One container the kubelet calls Allocate for, and the GPU memory it gets: {GPU index: units}."""
+def device_indexer(gpus: Sequence[Gpu], granularity: Granularity) -> Callable[[str], int]:
+    """`decode_device_id` for many IDs (the kubelet offers thousands): the UUID lookup built once."""
+    by_uuid = {g.uuid: (g.index, granularity.units(g.memory_mib)) for g in gpus}
 
-    container: str
-    init: bool
-    units: int
-    gpus: Mapping[int, int]
+    def index(ident: str) -> int:
+        uuid, sep, tail = ident.rpartition(DEVICE_ID_SEPARATOR)
+        found = by_uuid.get(uuid)
+        if not sep or found is None or not (tail.isascii() and tail.isdigit()) or int(tail) >= found[1]:
+            return decode_device_id(ident, gpus, granularity)  # raises, saying what is wrong
+        return found[0]
 
-
-@dataclass(frozen=True, slots=True)
-class PodView:
-    """What Allocate needs to know of one pod on the node that asks for GPU memory."""
-
-    uid: str
-    namespace: str
-    name: str
-    order: tuple[Any, ...]  # kubelet admission order: arrival on the node, then bind time
-    first_units: int  # what its first GPU container asks; 0 when unreadable
-    slots: tuple[Slot, ...] = ()
-    placement: ann.Placement | None = None
-    problem: str | None = None  # why it cannot get memory: no placement, bad annotations
-    waiting: bool = True  # Pending, not yet started by the kubelet, not being deleted
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    return index
 
 
-def pod_view(
-    pod: Mapping[str, Any], arrival: int, names: resources.GpuResourceNames | None = None
-) -> PodView | None:
-    """Read a pod dict; None when it asks for no GPU memory."""
-    names = names or resources.GpuResourceNames()
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-    base: dict[str, Any] = {
-        "uid": uid,
-        "namespace": str(meta.get("namespace") or "default"),
-        "name": str(meta.get("name") or ""),
-        "waiting": _waiting(meta, status),
-    }
-    try:
-        want = demand.pod_demand(pod, names)
-    except demand.DemandError as err:
-        return PodView(
-            order=(arrival, 0, "", uid), first_units=0, problem=f"unreadable request: {err}", **base
-        )
-    if not want.asks():
-        return None
-    order_units = [u for u in (*want.init_containers, *want.containers) if u > 0]
-    try:
-        placement = ann.decode(meta.get("annotations"))
-    except ann.AnnotationError as err:
-        order = (arrival, 0, str(meta.get("creationTimestamp") or ""), uid)
-        return PodView(order=order, first_units=order_units[0], problem=f"malformed placement: {err}", **base)
-    assume = placement.assume_time_ns if placement else 0
-    order = (arrival, assume, str(meta.get("creationTimestamp") or ""), uid)
-    if placement is None:
-        problem = "has no gpushare placement (it was not bound by the gpushare extender)"
-        return PodView(order=order, first_units=order_units[0], problem=problem, **base)
-    try:
-        slots = _slots(pod, want, placement)
-    except DeviceError as err:
-        return PodView(order=order, first_units=order_units[0], placement=placement, problem=str(err), **base)
-    return PodView(order=order, first_units=order_units[0], slots=slots, placement=placement, **base)
+def device_split(ids: Iterable[str], gpus: Sequence[Gpu], granularity: Granularity) -> dict[int, int]:
+    """How many of these device IDs lie on each GPU: {GPU index: count}; DeviceError for a foreign ID."""
+    index = device_indexer(gpus, granularity)
+    split: dict[int, int] = {}
+    for ident in ids:
+        gpu = index(ident)
+        split[gpu] = split.get(gpu, 0) + 1
+    return split
 
 
-def _waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    # The kubelet writes container statuses right after admitting a pod, so a pod that has them (or
-    # runs, or ended) is past Allocate even if marking it assigned was lost.
-    return (
-        not meta.get("deletionTimestamp")
-        and status.get("phase") in (None, "", "Pending")
-        and not status.get("containerStatuses")
-        and not status.get("initContainerStatuses")
-    )
-
-
-def _slots(
-    pod: Mapping[str, Any], want: demand.GpuMemoryDemand, placement: ann.Placement
-) -> tuple[Slot, ...]:
-    """The kubelet's Allocate order: init containers, then app containers, those asking memory only."""
-    spec = pod.get("spec") or {}
-    alloc = placement.allocation
-    per_gpu = alloc.per_gpu()
-    if not per_gpu:
-        raise DeviceError("malformed placement: it holds no GPU memory")
-    legacy = set(alloc.containers) == {0} and sum(alloc.for_container(0).values()) == want.total
-    slots: list[Slot] = []
-    for i, units in enumerate(want.init_containers):
-        if units:
-            slots.append(
-                Slot(_name(spec, "initContainers", i), True, units, _init_gpus(units, per_gpu, want))
-            )
-    for i, units in enumerate(want.containers):
-        if not units:
-            continue
-        gpus = dict(alloc.for_container(i))
-        if sum(gpus.values()) != units and legacy:
-            # The original extender's annotations put the whole pod on container 0.
-            gpus = _spread(units, sorted(alloc.for_container(0)))
-        if sum(gpus.values()) != units:
-            raise DeviceError(
-                f"malformed placement: container {_name(spec, 'containers', i)!r} asks {units} units "
-                f"but the allocation annotation gives it {sum(gpus.values())}"
-            )
-        slots.append(Slot(_name(spec, "containers", i), False, units, gpus))
-    return tuple(slots)
-
-
-def _init_gpus(units: int, per_gpu: Mapping[int, int], want: demand.GpuMemoryDemand) -> dict[int, int]:
-    # Init containers run before the app containers, inside what the pod holds: split like the pod
-    # when it is split over several GPUs, else on the GPU where the pod holds most (lowest index).
-    gpus = sorted(per_gpu)
-    if want.gpu_count > 1 and len(gpus) == want.gpu_count and units % len(gpus) == 0:
-        return _spread(units, gpus)
-    best = min(gpus, key=lambda g: (-per_gpu[g], g))
-    return {best: units}
-
-
-def _spread(units: int, gpus: Sequence[int]) -> dict[int, int]:
-    if not gpus or units % len(gpus):
-        raise DeviceError(f"malformed placement: {units} units do not split over GPUs {list(gpus)}")
-    return {g: units // len(gpus) for g in gpus}
-
-
-def _name(spec: Mapping[str, Any], key: str, i: int) -> str:
-    items = spec.get(key) or []
-    return str(items[i].get("name") or f"{key}[{i}]") if i < len(items) else f"{key}[{i}]"
-
-
-@dataclass(frozen=True, slots=True)
-class Match:
-    pod: PodView
-    slot_number: int
-
-    @property
-    def slot(self) -> Slot:
-        return self.pod.slots[self.slot_number]
-
-    @property
-    def last(self) -> bool:
-        return self.slot_number == len(self.pod.slots) - 1
-
-
-@dataclass(slots=True)
-class AllocationBook:
-    """Which containers of which pods this plugin has answered Allocate for (not thread-safe).
-
-    The kubelet admits pods one at a time and calls Allocate for a pod's GPU containers in a row
-    (init containers, then app containers). So the book first continues the pod it is in the middle
-    of; only a pod's first container is matched among the others: the oldest waiting pod (arrival on
-    the node, then bind time) whose first GPU container asks exactly the count. A pod that cannot get
-    memory (no placement, malformed annotations) is refused when it is the one that matches.
-    """
-
-    progress: dict[str, int] = field(default_factory=dict)  # uid -> containers answered
-    current: str | None = None
-    refused: set[str] = field(default_factory=set)
-
-    def match(self, count: int, pods: Iterable[PodView]) -> Match:
-        if count <= 0:
-            raise NoMatch("the request asks for no devices")
-        pods = list(pods)
-        by_uid = {p.uid: p for p in pods}
-        current = by_uid.get(self.current) if self.current else None
-        if current is not None and current.problem is None:
-            done = self.progress.get(current.uid, 0)
-            if done < len(current.slots) and current.slots[done].units == count:
-                return Match(current, done)
-        fresh = sorted(
-            (p for p in pods if self.fresh(p)),
-            key=lambda p: p.order,
-        )
-        for pod in fresh:
-            if pod.first_units != count:
-                continue
-            if pod.problem is not None:
-                raise Unplaceable(pod.uid, f"pod {pod.key} {pod.problem}")
-            return Match(pod, 0)
-        raise NoMatch(_waiting_summary(fresh))
-
-    def fresh(self, pod: PodView) -> bool:
-        """Waiting for the kubelet and not yet touched by this plugin."""
-        assigned = pod.placement is not None and pod.placement.assigned
-        return pod.waiting and not assigned and pod.uid not in self.progress and pod.uid not in self.refused
-
-    def commit(self, match: Match) -> None:
-        self.progress[match.pod.uid] = match.slot_number + 1
-        self.current = None if match.last else match.pod.uid
-
-    def refuse(self, uid: str) -> None:
-        self.refused.add(uid)
-        self.current = None
-
-    def forget_except(self, uids: Iterable[str]) -> None:
-        """Drop what is known of pods that left the node, so the book does not grow forever."""
-        keep = set(uids)
-        self.progress = {u: n for u, n in self.progress.items() if u in keep}
-        self.refused &= keep
-        if self.current not in keep:
-            self.current = None
-
-
-def _waiting_summary(fresh: Sequence[PodView]) -> str:
-    if not fresh:
-        return "no pod on this node is waiting for GPU memory"
-    parts = []
-    for pod in fresh[:5]:
-        why = pod.problem or f"its first GPU container asks {pod.first_units}"
-        parts.append(f"{pod.key} ({why})")
-    more = f" and {len(fresh) - 5} more" if len(fresh) > 5 else ""
-    return "pods waiting on this node: " + "; ".join(parts) + more
-
-
-def container_env(
-    match: Match, gpus: Sequence[Gpu], granularity: Granularity, isolation_disabled: bool
-) -> dict[str, str]:
-    """The env protocol for the matched container; DeviceError when a placed GPU is not on this node."""
-    by_index = {g.index: g for g in gpus}
-    slot = match.slot
-    chosen = sorted(slot.gpus)
-    missing = [g for g in chosen if g not in by_index]
-    if missing:
-        raise DeviceError(f"pod {match.pod.key} is placed on GPU {missing} which this node does not have")
-    placement = match.pod.placement
-    assert placement is not None
-    env = {
-        resources.ENV_VISIBLE_DEVICES: ",".join(by_index[g].uuid for g in chosen),
-        resources.ENV_MEM_IDX: ",".join(str(g) for g in chosen),
-        resources.ENV_MEM_POD: str(placement.pod_total),
-        # Memory on each of its GPUs: on one GPU that is the container's whole share.
-        resources.ENV_MEM_CONTAINER: str(max(slot.gpus.values())),
-        resources.ENV_MEM_DEV: str(granularity.units(by_index[chosen[0]].memory_mib)),
-    }
-    if isolation_disabled:
-        env[resources.CGPU_DISABLE_ENV] = "true"
-    return env
+def device_number(ident: str) -> int:
+    """The `<j>` of a well-formed device ID, for a stable order within a GPU."""
+    return int(ident.rpartition(DEVICE_ID_SEPARATOR)[2])

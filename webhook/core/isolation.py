@@ -7,7 +7,7 @@ webhook pins it to one (gpushare-protocol.md, "strongly recommended to set nodeS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.core import quantity, resources, rules, templates
@@ -92,16 +92,22 @@ def _container_name(container: Mapping[str, Any]) -> str:
 
 def _env_setting(container: Mapping[str, Any], path: str, env_name: str, warnings: list[str]) -> str | None:
     """The container's CGPU_DISABLE: "true", "false", or None (unset or not readable, with a warning)."""
-    env = _get(container, "env", list, path, "a list of env vars")
-    setting: str | None = None
     name = _container_name(container)
+    try:
+        env = _get(container, "env", list, path, "a list of env vars")
+    except _WrongType as err:  # name the container, as every other message does
+        raise _WrongType(replace(err.violation, container=name)) from None
+    setting: str | None = None
     for i, item in enumerate(env or ()):
         if not isinstance(item, templates.OBJECT):
             raise _WrongType(rules.wrong_type(f"{path}.env[{i}]", name, item, "an object (an env var)"))
         if item.get("name") != env_name:
             continue
         # The last entry of a name wins, as in the kubelet.
-        value = _get(item, "value", str, f"{path}.env[{i}]", "a string")
+        try:
+            value = _get(item, "value", str, f"{path}.env[{i}]", "a string")
+        except _WrongType as err:
+            raise _WrongType(replace(err.violation, container=name)) from None
         if item.get("valueFrom") is not None:
             warnings.append(f'{env_name} of container "{name}" comes from valueFrom; assumed not "true"')
             setting = None
@@ -238,8 +244,13 @@ def _decide(
             )
         return IsolationDecision(annotation, tuple(warnings))
     if not every_true and "true" in settings:
+        # Name the containers that lack it: the fix is to set it there (or drop it elsewhere).
+        lacking = [
+            f'"{_container_name(c)}"' for (c, _), s in zip(indexed, settings, strict=True) if s != "true"
+        ]
         warnings.append(
-            f"{policy.env_name}=true is not set in every gpu-mem container; using {key}={from_env}"
+            f"{policy.env_name}=true is not set in gpu-mem container {', '.join(lacking)}; "
+            f"using {key}={from_env}"
         )
     return IsolationDecision(from_env, tuple(warnings))
 

@@ -10,14 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import demand, quantity, resources, templates
+from webhook.core import demand, gpumem, quantity, resources, templates
 
 _VALUE_LIMIT = 60
 _NAME_LIMIT = 63
-# Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
-_MAX_INT_BITS = 3000
-# What a quantity may arrive as; a tuple, as `str | int | ...` in isinstance builds a union per call.
-_JSON_SCALARS = (str, int, float, type(None))
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,82 +25,54 @@ class Violation:
     fix: str  # what to write instead
 
     def __str__(self) -> str:
-        where = self.path or "(object)"
-        if self.container is not None:
-            where += f' (container "{self.container}")'
-        shown = "" if self.value is None else f' "{self.value}":'
-        return templates.printable(f"{where}:{shown} {self.problem}; fix: {self.fix}")
+        return gpumem.describe(self.path, self.container, self.value, self.problem, self.fix)
 
 
-def show(value: object) -> str:
-    """A value as the user wrote it, on one line and short: strings as they are, scalars as JSON."""
-    if isinstance(value, str):
-        text = value
-    elif value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, int):
-        text = str(value) if value.bit_length() <= _MAX_INT_BITS else "<a very large number>"
-    elif isinstance(value, float):
-        text = repr(value)
-    else:
-        text = f"<{templates.json_type(value)}>"
-    return templates.printable(text, _VALUE_LIMIT)
+# A value as the user wrote it, on one line and short (shared with the extender's demand messages).
+show = gpumem.show
 
 
 def wrong_type(path: str, container: str | None, value: object, expected: str) -> Violation:
     """The violation for a field whose JSON type is wrong (the API server would not decode it)."""
-    return Violation(
-        path=path,
-        container=container,
-        value=None if isinstance(value, Mapping | list) else show(value),
-        problem=f"has the wrong type: expected {expected}, got {templates.json_type(value)}",
-        fix=f"write this field as {expected}",
-    )
+    found = gpumem.wrong_type(value, expected)
+    shown = None if isinstance(value, Mapping | list) else show(value)
+    return Violation(path, container, shown, found.problem, found.fix)
 
 
-def _parse(raw: object) -> quantity.Quantity | str:
-    """The quantity, or apimachinery's reason for refusing it."""
-    if isinstance(raw, int) and raw.bit_length() > _MAX_INT_BITS:
-        return quantity.TOO_LARGE_ERROR
-    if not isinstance(raw, _JSON_SCALARS):
-        # from_json would repr() the value, which fails for lists holding huge ints.
-        return quantity.FORMAT_ERROR
-    try:
-        return quantity.from_json(raw)
-    except quantity.QuantityError as err:
-        return err.reason
+_parse = gpumem.parse
 
 
 def _value_problem(
-    path: str, container: str | None, raw: object, name: str, names: resources.GpuResourceNames
+    path: str,
+    container: str | None,
+    raw: object,
+    name: str,
+    names: resources.GpuResourceNames,
+    *,
+    unit: str,
 ) -> tuple[quantity.Quantity | None, Violation | None]:
     parsed = _parse(raw)
+    if name == names.memory:
+        found = gpumem.memory_problem(raw, parsed, name, unit)
+        value = None if isinstance(parsed, str) else parsed
+        return value, None if found is None else Violation(path, container, show(raw), *found)
     whole_gpus = names.is_whole_device(name)
     name = templates.printable(name, _VALUE_LIMIT)
-    example = '"1"' if name != names.memory else '"4"'
     if isinstance(parsed, str):
-        fix = f"write a whole number such as {example}"
+        fix = 'write a whole number such as "1"'
         return None, Violation(path, container, show(raw), f"is not a valid quantity: {parsed}", fix)
     if parsed.is_negative():
-        return parsed, Violation(
-            path, container, show(raw), f"{name} cannot be negative", f"use 0 or more, e.g. {example}"
-        )
+        problem, fix = f"{name} cannot be negative", 'use 0 or more, e.g. "1"'
+        return parsed, Violation(path, container, show(raw), problem, fix)
     if parsed.is_integer():
         return parsed, None
     if whole_gpus:
-        problem = (
-            f"only whole GPUs are possible with {name}; a share of one GPU is asked with "
-            f"{names.memory} (in GiB)"
-        )
-        fix = f'use a whole number of GPUs such as "1", or {names.memory}: "<GiB>" for a share of one GPU'
-    elif name == names.memory:
-        problem = f"{name} counts whole units of GPU memory (GiB); a fraction of a unit is not possible"
-        fix = f'use a whole number of GiB such as "{-(-parsed.milli_value() // 1000)}"'
+        share = f"{names.memory} (in {gpumem.unit_plural(unit)})"
+        problem = f"only whole GPUs are possible with {name}; a share of one GPU is asked with {share}"
+        fix = f'use a whole number of GPUs such as "1", or {names.memory}: "<{unit}>" for a share of one GPU'
     else:
         problem = f"{name} must be a whole number"
-        fix = f"use a whole number such as {example}"
+        fix = 'use a whole number such as "1"'
     return parsed, Violation(path, container, show(raw), problem, fix)
 
 
@@ -122,14 +90,20 @@ def _check_resource(
     limits: Mapping[Any, Any],
     requests: Mapping[Any, Any],
     names: resources.GpuResourceNames,
+    unit: str,
 ) -> list[Violation]:
     out: list[Violation] = []
     shown = templates.printable(name, _VALUE_LIMIT)
     limit_path = f"{resources_path}.limits[{shown}]"
     request_path = f"{resources_path}.requests[{shown}]"
+    if name == names.count:
+        # Not a container's resource at all: one violation, at the limit when there is one.
+        path, raw = (limit_path, limits[name]) if name in limits else (request_path, requests[name])
+        found = gpumem.count_resource(names.count)
+        return [Violation(path, container, show(raw), found.problem, found.fix)]
     limit = request = None
     if name in limits:
-        limit, problem = _value_problem(limit_path, container, limits[name], name, names)
+        limit, problem = _value_problem(limit_path, container, limits[name], name, names, unit=unit)
         out += [problem] if problem else []
     if name in requests:
         parsed = _parse(requests[name])
@@ -137,7 +111,7 @@ def _check_resource(
         # Compared as the API server does, after defaulting rounded both up to milli (contracts §3.2).
         same = _same(limit, parsed)
         if not same:
-            request, problem = _value_problem(request_path, container, requests[name], name, names)
+            request, problem = _value_problem(request_path, container, requests[name], name, names, unit=unit)
             out += [problem] if problem else []
         if name not in limits:
             out.append(
@@ -164,8 +138,15 @@ def _check_resource(
     return out
 
 
+def _asks(limits: Mapping[Any, Any], requests: Mapping[Any, Any], name: str) -> bool:
+    """More than zero of `name` (limit, else request); unreadable values count as asking."""
+    raw = limits[name] if name in limits else requests.get(name)
+    parsed = _parse(raw)
+    return isinstance(parsed, str) or parsed > 0
+
+
 def _check_container(
-    container: Mapping[str, Any], path: str, names: resources.GpuResourceNames
+    container: Mapping[str, Any], path: str, names: resources.GpuResourceNames, unit: str
 ) -> list[Violation]:
     raw_name = container.get("name")
     name = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else None
@@ -186,12 +167,23 @@ def _check_container(
     # Limits and requests mostly share their keys: ask is_gpu once per distinct name.
     gpu_names = sorted(k for k in {*limits, *requests} if isinstance(k, str) and names.is_gpu(k))
     for resource in gpu_names:
-        out += _check_resource(res_path, name, resource, limits=limits, requests=requests, names=names)
+        out += _check_resource(
+            res_path, name, resource, limits=limits, requests=requests, names=names, unit=unit
+        )
+    whole = [n for n in gpu_names if names.is_whole_device(n) and _asks(limits, requests, n)]
+    if whole and names.memory in gpu_names and _asks(limits, requests, names.memory):
+        section = "limits" if names.memory in limits else "requests"
+        found = gpumem.whole_and_memory(whole[0], names.memory, unit)
+        out.append(Violation(f"{res_path}.{section}", name, None, found.problem, found.fix))
     return out
 
 
 def _check_gpu_count(
-    metadata: Mapping[str, Any], containers: object, prefix: str, names: resources.GpuResourceNames
+    metadata: Mapping[str, Any],
+    containers: object,
+    prefix: str,
+    names: resources.GpuResourceNames,
+    unit: str,
 ) -> list[Violation]:
     """The multi-GPU label: a positive whole number that divides the pod's total gpu-mem."""
     labels = metadata.get("labels")
@@ -211,25 +203,29 @@ def _check_gpu_count(
     if not isinstance(containers, list) or not all(isinstance(c, templates.OBJECT) for c in containers):
         return []
     try:
-        total = sum(demand.container_units(c, names.memory) for c in containers)
+        total = sum(demand.container_units(c, names.memory, unit) for c in containers)
     except ValueError:
         return []  # a bad gpu-mem value (DemandError or too large), already reported at its container
     try:
-        demand.check_split(total, count, names.count)
+        demand.check_split(total, count, names.count, unit)
     except demand.DemandError as err:
-        fix = f"make the pod's total {names.memory} a multiple of {count}, or change the label"
+        fix = f"make the pod's total {names.memory} a multiple of {count} {unit}, or change the label"
         return [Violation(path, None, show(raw), str(err), fix)]
     return []
 
 
 def check_pod_spec(
-    metadata: Mapping[str, Any], spec: Mapping[str, Any], prefix: str, names: resources.GpuResourceNames
+    metadata: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    prefix: str,
+    names: resources.GpuResourceNames,
+    unit: str = gpumem.DEFAULT_UNIT,
 ) -> list[Violation]:
     """Every GPU resource problem of one pod template, in a stable order.
 
-    `prefix` is the template's path ("" for a Pod, "spec.template" for a Deployment). Order: containers,
-    then init containers (ephemeral containers cannot have resources), each by resource name; then the
-    pod-level gpu-count label.
+    `prefix` is the template's path ("" for a Pod, "spec.template" for a Deployment); `unit` is the
+    configured gpu-mem unit, named in messages. Order: containers, then init containers (ephemeral
+    containers cannot have resources), each by resource name; then the pod-level gpu-count label.
     """
     out: list[Violation] = []
     for key in ("containers", "initContainers"):
@@ -245,6 +241,6 @@ def check_pod_spec(
             if not isinstance(container, templates.OBJECT):
                 out.append(wrong_type(path, None, container, "an object (a container)"))
                 continue
-            out += _check_container(container, path, names)
-    out += _check_gpu_count(metadata, spec.get("containers"), prefix, names)
+            out += _check_container(container, path, names, unit)
+    out += _check_gpu_count(metadata, spec.get("containers"), prefix, names, unit)
     return out

@@ -9,7 +9,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core import isolation, patches, resources, rules, templates
+from webhook.core import annotations as ann
+from webhook.core import gpumem, isolation, lookalikes, patches, resources, rules, templates
 
 # Defined beside the decision that reads it (isolation must not import verdict); kept here by name.
 IsolationPolicy = isolation.IsolationPolicy
@@ -27,6 +28,12 @@ class Policy:
     # When set, the mutating webhook also sets spec.schedulerName on gpu-mem pods that left it unset
     # (or set it to "default-scheduler"): the chart's second-scheduler mode.
     scheduler_name: str | None = None
+    # The unit of one gpu-mem (GiB, MiB or <N>MiB), as the extender and device plugin count it; messages
+    # name it and suggest values in it.
+    memory_unit: str = gpumem.DEFAULT_UNIT
+
+    def __post_init__(self) -> None:
+        ann.unit_mib(self.memory_unit)  # ValueError naming the unit, at startup rather than per review
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +91,9 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
 
 
 def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
-    violations = rules.check_pod_spec(template.metadata, template.spec, template.path, policy.names)
+    violations = rules.check_pod_spec(
+        template.metadata, template.spec, template.path, policy.names, policy.memory_unit
+    )
     decision = isolation.decide(template, policy.isolation, policy.names)
     if decision.violation is not None:
         violations.append(decision.violation)
@@ -96,7 +105,9 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
     return TemplateVerdict(
         path=template.path,
         violations=tuple(violations),
-        warnings=_unique([*decision.warnings, *scheduler_warnings]),
+        warnings=_unique(
+            [*decision.warnings, *scheduler_warnings, *lookalikes.warnings(template.spec, policy.names)]
+        ),
         isolation=decision.value,
         scheduler_name=scheduler,
     )

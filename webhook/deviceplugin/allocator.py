@@ -1,8 +1,10 @@
-"""Allocate policy: turn the kubelet's device count into the env of the container the extender placed.
+"""Allocate policy: steer the kubelet's device IDs to the extender's GPU (GetPreferredAllocation) and
+turn them into the env of the container the extender placed (Allocate).
 
-Pods come from a `PodSource` (a watch of this node's pods, never an API list per call: fault 6); the
-matching is `core.devices.AllocationBook`. Marking a pod assigned goes to an `AssignMarker` queue, so no
-API round trip sits on the kubelet's admission path. Failures raise `AllocateError`, never a fake env.
+Pods come from a `PodSource` (a watch of this node's pods, never an API list per call: fault 6), the
+kubelet's own pod list from `KubeletPods` (PodResources, optional); the matching is `core.matching`.
+The lock covers only the book, never a wait or an RPC, so one waiting Allocate blocks no other call.
+Marking a pod assigned goes to an `AssignMarker` queue. Failures raise `AllocateError`, never a fake env.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from webhook.core import devices, resources
+from webhook.core import devices, matching, podviews, resources
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -28,20 +30,25 @@ class AllocateError(Exception):
 
 
 class PodSource(Protocol):
-    def snapshot(self) -> tuple[int, list[devices.PodView]]:
+    def snapshot(self) -> tuple[int, list[podviews.PodView]]:
         """(version, the GPU-memory pods on this node); the version grows on every change."""
         ...
 
     def wait_newer(self, version: int, timeout: float) -> bool: ...
 
 
+class KubeletPods(Protocol):
+    def view(self) -> matching.KubeletView | None:
+        """The kubelet's PodResources List; None when it cannot be asked."""
+        ...
+
+
 class AssignMarker(Protocol):
-    def mark(self, pod: devices.PodView) -> None: ...
+    def mark(self, pod: podviews.PodView) -> None: ...
 
 
 class Allocator:
-    """Serialises Allocate calls (the kubelet admits one pod at a time) and keeps the allocation book
-    across kubelet and server restarts: it lives as long as the process."""
+    """Keeps the allocation book across kubelet and server restarts (it lives as long as the process)."""
 
     def __init__(
         self,
@@ -53,6 +60,7 @@ class Allocator:
         node_name: str,
         resource_name: str = resources.GPU_MEMORY,
         wait_s: float = 3.0,
+        kubelet: KubeletPods | None = None,
     ) -> None:
         self.state = state
         self.pods = pods
@@ -61,8 +69,44 @@ class Allocator:
         self.node_name = node_name
         self.resource_name = resource_name
         self.wait_s = wait_s
-        self.book = devices.AllocationBook()
-        self._lock = threading.Lock()
+        self.kubelet = kubelet
+        self.book = matching.AllocationBook()
+        self.lock = threading.Lock()
+        self._preferred: dict[frozenset[str], tuple[str, int]] = {}  # IDs we advised -> (pod uid, slot)
+
+    def _view(self) -> matching.KubeletView | None:
+        return self.kubelet.view() if self.kubelet is not None else None
+
+    def prefer(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """GetPreferredAllocation: IDs on the GPU(s) the extender placed the container on."""
+        gpus, granularity = self.state.gpus, self.state.granularity
+        kubelet = self._view() if self._ambiguous(size) else None
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            version, pods = self.pods.snapshot()
+            with self.lock:
+                found = self.book.candidates(size, pods, kubelet)
+                ids, match = matching.prefer(
+                    available, must_include, size, found, gpus=gpus, granularity=granularity
+                )
+                if match is not None:
+                    if len(self._preferred) > 1024:  # advice the kubelet never followed
+                        self._preferred.clear()
+                    self._preferred[frozenset(ids)] = (match.pod.uid, match.slot_number)
+                    return ids
+            # Wait for our watch only when it shows no pod that could be the one yet.
+            remaining = deadline - time.monotonic()
+            if found or remaining <= 0 or not self.pods.wait_newer(version, remaining):
+                return ids
+
+    def _ambiguous(self, size: int) -> bool:
+        """Whether the book's candidates disagree on the GPUs: only then is the kubelet's list needed."""
+        if self.kubelet is None:
+            return False
+        _, pods = self.pods.snapshot()
+        with self.lock:
+            found = self.book.candidates(size, pods)
+        return len({tuple(sorted(m.slot.gpus.items())) if m.pod.problem is None else () for m in found}) != 1
 
     def allocate(self, device_ids: Sequence[str]) -> dict[str, str]:
         """The env for one container that the kubelet gives these devices."""
@@ -71,50 +115,99 @@ class Allocator:
             raise AllocateError("the container request lists no device IDs", invalid=True)
         if len(set(device_ids)) != len(device_ids):
             raise AllocateError("the container request lists a device ID twice", invalid=True)
-        for ident in device_ids:
-            try:
-                devices.decode_device_id(ident, gpus, granularity)
-            except devices.DeviceError as err:
-                raise AllocateError(f"unknown device: {err}", invalid=True) from None
+        try:
+            split = devices.device_split(device_ids, gpus, granularity)
+        except devices.DeviceError as err:
+            raise AllocateError(f"unknown device: {err}", invalid=True) from None
         count = len(device_ids)
-        with self._lock:
-            return self._allocate(count, gpus, granularity)
-
-    def _allocate(
-        self, count: int, gpus: Sequence[devices.Gpu], granularity: devices.Granularity
-    ) -> dict[str, str]:
         deadline = time.monotonic() + self.wait_s
+        kubelet: matching.KubeletView | None = None
+        asked = False
         while True:
             version, pods = self.pods.snapshot()
-            self.book.forget_except(p.uid for p in pods)
+            with self.lock:
+                try:
+                    return self._answer(device_ids, split, pods, kubelet)
+                except matching.NoMatch as err:
+                    why = str(err)
+            # Not found: ask the kubelet once, then wait for our watch (the kubelet's may be ahead),
+            # both outside the lock.
+            if not asked and self.kubelet is not None:
+                kubelet, asked = self._view(), True
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AllocateError(self._explain(count, f"no placed pod matches; {why}"))
+            self.pods.wait_newer(version, remaining)
+
+    def _answer(
+        self,
+        device_ids: Sequence[str],
+        split: dict[int, int],
+        pods: list[podviews.PodView],
+        kubelet: matching.KubeletView | None,
+    ) -> dict[str, str]:
+        count = len(device_ids)
+        self.book.forget_except(p.uid for p in pods)
+        match = self._advised(frozenset(device_ids), count, pods)
+        if match is None:
             try:
-                match = self.book.match(count, pods)
-            except devices.Unplaceable as err:
+                match = self.book.match(count, pods, split, kubelet)
+            except matching.Unplaceable as err:
                 self.book.refuse(err.uid)
                 raise AllocateError(self._explain(count, str(err))) from None
-            except devices.NoMatch as err:
-                # The kubelet's watch may have seen the pod before ours: wait for ours to catch up.
-                remaining = deadline - time.monotonic()
-                if remaining > 0:
-                    self.pods.wait_newer(version, remaining)
-                    continue
-                raise AllocateError(self._explain(count, f"no placed pod matches; {err}")) from None
-            try:
-                env = devices.container_env(match, gpus, granularity, self.isolation_disabled())
-            except devices.DeviceError as err:
-                self.book.refuse(match.pod.uid)
-                raise AllocateError(self._explain(count, str(err))) from None
-            self.book.commit(match)
-            log.info(
-                "allocated %s to %s container %s: GPU %s",
-                granularity.describe(count),
-                match.pod.key,
-                match.slot.container,
-                env[resources.ENV_MEM_IDX],
+        try:
+            env = matching.container_env(
+                match, self.state.gpus, self.state.granularity, self.isolation_disabled()
             )
-            if match.last:
-                self.marker.mark(match.pod)
-            return env
+        except devices.DeviceError as err:
+            self.book.refuse(match.pod.uid)
+            raise AllocateError(self._explain(count, str(err))) from None
+        self.book.commit(match, device_ids)
+        log.info(
+            "allocated %s to %s container %s: GPU %s",
+            self.state.granularity.describe(count),
+            match.pod.key,
+            match.slot.container,
+            env[resources.ENV_MEM_IDX],
+        )
+        if match.last:
+            self.marker.mark(match.pod)
+        return env
+
+    def _advised(
+        self, ids: frozenset[str], count: int, pods: list[podviews.PodView]
+    ) -> matching.Match | None:
+        """The container we chose these exact IDs for in GetPreferredAllocation, if still waiting."""
+        advised = self._preferred.pop(ids, None)
+        if advised is None:
+            return None
+        uid, slot = advised
+        pod = next((p for p in pods if p.uid == uid), None)
+        if pod is None or pod.problem is not None or slot >= len(pod.slots) or pod.slots[slot].units != count:
+            return None
+        return matching.Match(pod, slot)
+
+    def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]:
+        """Reconcile with the kubelet's list: fix the book (restart, mismatches), mark pods whose
+        allocation finished before a restart, and return the annotations that must be corrected."""
+        _, pods = self.pods.snapshot()
+        memory = {g.index: self.state.granularity.units(g.memory_mib) for g in self.state.gpus}
+        with self.lock:
+            before = dict(self.book.progress)
+            corrections, moves = matching.reconcile(pods, kubelet, self.book, memory)
+            self.book.sync(pods, kubelet, moves)
+            finished = [
+                p
+                for p in pods
+                if p.placement is not None
+                and not p.placement.assigned
+                and p.slots
+                and before.get(p.uid, 0) < len(p.slots) == self.book.progress.get(p.uid, 0)
+            ]
+        for pod in finished:
+            self.marker.mark(pod)
+        return corrections
 
     def _explain(self, count: int, why: str) -> str:
         what = self.state.granularity.describe(count)

@@ -15,7 +15,17 @@ from typing import Any
 
 import prometheus_client
 
-from webhook.deviceplugin import allocator, health, inventory, node, podsource, registration, server, state
+from webhook.deviceplugin import (
+    allocator,
+    health,
+    inventory,
+    node,
+    podsource,
+    reconcile,
+    registration,
+    server,
+    state,
+)
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
 from webhook.kube import client, errors, rest, watch
 from webhook.serving import logs
@@ -47,6 +57,11 @@ class Metrics(server.Observer):
             "Size of the last ListAndWatch message",
             registry=self.registry,
         )
+        self.corrections = prometheus_client.Counter(
+            "gpushare_device_plugin_annotation_corrections",
+            "Containers whose placement annotations were corrected to the GPU the kubelet's devices show",
+            registry=self.registry,
+        )
 
     def allocated(self, seconds: float, ok: bool) -> None:
         self.allocations.labels("ok" if ok else "refused").inc()
@@ -54,6 +69,9 @@ class Metrics(server.Observer):
 
     def streamed(self, size: int) -> None:
         self.list_bytes.set(size)
+
+    def corrected(self, containers: int) -> None:
+        self.corrections.inc(containers)
 
 
 def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
@@ -107,6 +125,11 @@ class Plugin:
         self.pods = podsource.PodStore()
         self.labels = node.NodeLabels()
         self.marker = podsource.AssignMarker(self.api)
+        self.kubelet_pods = (
+            reconcile.PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
+            if settings.pod_resources_socket
+            else None
+        )
         self.allocator = allocator.Allocator(
             self.state,
             self.pods,
@@ -115,8 +138,21 @@ class Plugin:
             node_name=settings.node_name,
             resource_name=settings.resource_name,
             wait_s=settings.allocate_wait_s,
+            kubelet=self.kubelet_pods,
         )
-        self.service = server.DevicePluginService(self.state, self.allocator, self.metrics)
+        self.reconciler = (
+            reconcile.Reconciler(
+                self.allocator, self.kubelet_pods, self.api, self.metrics, period_s=settings.reconcile_s
+            )
+            if self.kubelet_pods
+            else None
+        )
+        self.service = server.DevicePluginService(
+            self.state,
+            self.allocator,
+            self.metrics,
+            after_allocate=self.reconciler.poke if self.reconciler else lambda: None,
+        )
         self.pod_watch = watch.Watcher(
             self.api,
             rest.path("pods"),
@@ -158,6 +194,12 @@ class Plugin:
         return self.server.registered.is_set() and self.pods.synced.is_set()
 
     def start(self) -> Plugin:
+        try:
+            self.server.take_lock()  # before anything a second instance would disturb
+        except registration.AlreadyRunning as err:
+            self.marker.stop()  # nothing else was started
+            self.api.close()  # type: ignore[no-untyped-call]
+            raise StartError(str(err)) from None
         self.pod_watch.start()
         self.node_watch.start()
         self.publisher.start()
@@ -167,8 +209,18 @@ class Plugin:
             name="gpu-health",
             daemon=True,
         ).start()
-        # Serve only once the pods of this node are known, so the first Allocate finds them.
-        self.pod_watch.wait_synced(10)
+        # Serve only once the pods of this node are known, so the first Allocate finds them; the docs
+        # promise exit 1 when the API cannot be reached, not a plugin that never matches a pod.
+        if not self.pod_watch.wait_synced(self.settings.api_timeout_s):
+            self.stop()
+            raise StartError(
+                f"cannot list the pods of node {self.settings.node_name} from the API server within "
+                f"{self.settings.api_timeout_s:g} s: {self.pod_watch.last_error or 'no answer'}"
+            )
+        if self.reconciler is not None:
+            # After a plugin restart: the kubelet's list says which allocations were in flight.
+            self.reconciler.run_once()
+            self.reconciler.start()
         self.server.start()
         if self.settings.health_port:
             self.http = _probe_server(self, self.settings.health_port)
@@ -180,6 +232,8 @@ class Plugin:
             self.http.shutdown()
             self.http.server_close()
         self.server.stop()
+        if self.reconciler is not None:
+            self.reconciler.stop()
         self.publisher.stop()
         self.pod_watch.stop()
         self.node_watch.stop()

@@ -2,7 +2,7 @@
 marker that writes ALIYUN_COM_GPU_MEM_ASSIGNED back. No API list per Allocate (fault 6).
 
 `PodStore` records the order pods arrived on the node: the kubelet watches the same stream and admits
-pods in that order, which is what Allocate matching relies on (see core/devices.AllocationBook).
+pods in that order, which is what Allocate matching relies on (see core/matching.AllocationBook).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes.client
 
 from webhook.core import annotations as ann
-from webhook.core import devices, resources
+from webhook.core import podviews, resources
 from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ class PodStore:
 
     def __init__(self, names: resources.GpuResourceNames | None = None) -> None:
         self.names = names or resources.GpuResourceNames()
-        self._views: dict[str, devices.PodView] = {}
+        self._views: dict[str, podviews.PodView] = {}
         self._arrival: dict[str, int] = {}
         self._next = 1
         self.version = 0
@@ -42,7 +42,7 @@ class PodStore:
     def _put(self, pod: Mapping[str, Any], arrival: int) -> None:
         uid = self._uid(pod)
         arrival = self._arrival.setdefault(uid, arrival)
-        view = devices.pod_view(pod, arrival, self.names)
+        view = podviews.pod_view(pod, arrival, self.names)
         if view is None:
             self._views.pop(uid, None)
         else:
@@ -77,7 +77,7 @@ class PodStore:
             self.synced.set()
             self._changed.notify_all()
 
-    def snapshot(self) -> tuple[int, list[devices.PodView]]:
+    def snapshot(self) -> tuple[int, list[podviews.PodView]]:
         with self._changed:
             return self.version, list(self._views.values())
 
@@ -109,11 +109,11 @@ class AssignMarker:
         self.clock_ns = clock_ns
         self._last_mark = 0.0
         self.failed: list[str] = []  # pods given up on, for metrics and tests
-        self._queue: queue.Queue[devices.PodView | None] = queue.Queue()
+        self._queue: queue.Queue[podviews.PodView | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="assign-marker", daemon=True)
         self._thread.start()
 
-    def mark(self, pod: devices.PodView) -> None:
+    def mark(self, pod: podviews.PodView) -> None:
         self._last_mark = time.monotonic()
         self._queue.put(pod)
 
@@ -143,7 +143,7 @@ class AssignMarker:
             finally:
                 self._queue.task_done()
 
-    def _write(self, pod: devices.PodView) -> None:
+    def _write(self, pod: podviews.PodView) -> None:
         delay = self.backoff_s
         for attempt in range(1, self.attempts + 1):
             try:

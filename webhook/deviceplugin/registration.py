@@ -3,14 +3,17 @@
 Order as the kubelet requires: serve first, then Register from this lifecycle thread, because current
 kubelets dial back and call GetDevicePluginOptions before Register returns. The socket directory is
 polled: our socket deleted, or kubelet.sock replaced, means the kubelet restarted. The servicer (and
-with it the allocation book) outlives every server instance, so no allocation is lost.
+with it the allocation book) outlives every server instance, so no allocation is lost. A lock file
+beside the socket keeps a second plugin instance from deleting the first one's socket.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
+import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +36,15 @@ class RegistrationSettings:
     resource_name: str
     poll_s: float = 0.5
     register_timeout_s: float = 15.0
-    workers: int = 8  # one per open ListAndWatch stream, plus Allocate and the dial-back
+    # A sync gRPC server holds a thread per call in progress: Allocates waiting for the pod watch must
+    # not starve GetDevicePluginOptions, ListAndWatch or other Allocates (threads start on demand).
+    workers: int = 256
     stop_grace_s: float = 1.0
+    missing_log_s: float = 30.0  # how often to repeat that kubelet.sock is missing
+
+
+class AlreadyRunning(Exception):
+    """Another plugin instance serves this socket (it holds the lock file beside it)."""
 
 
 def _identity(path: Path) -> tuple[int, int] | None:
@@ -56,10 +66,37 @@ class PluginServer:
         self.registered = threading.Event()
         self.registrations = 0
         self._stop = threading.Event()
+        self.lock_path = settings.plugin_dir / f".{settings.endpoint}.lock"
         self._server: grpc.Server | None = None
         self._thread: threading.Thread | None = None
+        self._lock_fd: int | None = None
+
+    def take_lock(self) -> None:
+        """Raise AlreadyRunning when another instance serves our socket (done by `start` too)."""
+        # flock: released by the kernel when the process dies, so a crashed instance never blocks.
+        if self._lock_fd is not None:
+            return
+        self.socket.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunning(
+                f"another gpushare device plugin serves {self.socket} (it holds {self.lock_path}); "
+                "stop it first: two instances would delete each other's socket"
+            ) from None
+        self._lock_fd = fd
 
     def start(self) -> PluginServer:
+        self.take_lock()
+        if _identity(self.kubelet_socket) is None:
+            log.warning(
+                "the kubelet socket %s does not exist: is the kubelet running, and is %s its device-plugin "
+                "directory (--device-plugin-dir, a hostPath mount of the directory)? Waiting for it",
+                self.kubelet_socket,
+                self.settings.plugin_dir,
+            )
         self._serve()
         self._thread = threading.Thread(
             target=self._lifecycle, name="device-plugin-registration", daemon=True
@@ -72,6 +109,9 @@ class PluginServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._shutdown()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     def _serve(self) -> None:
         self._shutdown()
@@ -111,9 +151,13 @@ class PluginServer:
     def _lifecycle(self) -> None:
         kubelet: tuple[int, int] | None = None
         backoff = self.settings.poll_s
+        missing_since = time.monotonic()
         while not self._stop.is_set():
             if not self.registered.is_set():
                 current = _identity(self.kubelet_socket)
+                if current is None and time.monotonic() - missing_since >= self.settings.missing_log_s:
+                    log.warning("still waiting for the kubelet socket %s to appear", self.kubelet_socket)
+                    missing_since = time.monotonic()
                 if current is not None:
                     # A starting kubelet deletes every socket before it creates kubelet.sock: once that
                     # exists, serve again if ours is gone, or the kubelet could never dial back.
@@ -130,15 +174,24 @@ class PluginServer:
                     self.registrations += 1
                     self.registered.set()
                     log.info("registered %s with the kubelet", self.settings.resource_name)
-            elif self._kubelet_restarted(kubelet):
-                log.info("the kubelet restarted: re-registering once kubelet.sock is back")
+            elif why := self._lost(kubelet):
+                log.warning("%s: serving again and re-registering once kubelet.sock is there", why)
                 self.registered.clear()
+                missing_since = time.monotonic()
                 continue
             self._stop.wait(self.settings.poll_s)
 
-    def _kubelet_restarted(self, kubelet: tuple[int, int] | None) -> bool:
+    def _lost(self, kubelet: tuple[int, int] | None) -> str:
+        """Why the registration no longer holds ("" while it does)."""
         now = _identity(self.kubelet_socket)
-        return _identity(self.socket) != self._served or (now is not None and now != kubelet)
+        if now is not None and now != kubelet:
+            return "the kubelet restarted (kubelet.sock was recreated)"
+        if _identity(self.socket) != self._served:
+            if now is None:
+                return f"the kubelet stopped: {self.kubelet_socket} and our socket were removed"
+            # The kubelet deletes every socket only when it starts, and then recreates kubelet.sock.
+            return f"our socket {self.socket} was deleted by another process while the kubelet kept running"
+        return ""
 
 
 def _describe(err: grpc.RpcError) -> str:

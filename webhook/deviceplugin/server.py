@@ -1,8 +1,9 @@
 """The DevicePlugin gRPC service: translates kubelet calls into `DeviceState` and `Allocator` calls.
 
 ListAndWatch streams the full device list on every change and stays open until the client goes or
-the server stops; Allocate answers one env per container or fails with a status whose message the
-kubelet shows as `UnexpectedAdmissionError` (fault 7: never a fake env that crashes later).
+the server stops; GetPreferredAllocation advises device IDs on the placed GPU; Allocate answers one env
+per container or fails with a status whose message the kubelet shows as `UnexpectedAdmissionError`
+(fault 7: never a fake env that crashes later).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -23,7 +24,7 @@ log = logging.getLogger(__name__)
 HEALTHY = "Healthy"
 UNHEALTHY = "Unhealthy"
 # Kept equal to what Register sends: the kubelet stores the options from GetDevicePluginOptions.
-OPTIONS = api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=False)
+OPTIONS = api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
 
 def list_response(state: DeviceState) -> tuple[int, api_pb2.ListAndWatchResponse]:
@@ -41,12 +42,21 @@ class Observer:
 
     def streamed(self, size: int) -> None: ...
 
+    def corrected(self, containers: int) -> None: ...
+
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
-    def __init__(self, state: DeviceState, allocator: Allocator, observer: Observer | None = None) -> None:
+    def __init__(
+        self,
+        state: DeviceState,
+        allocator: Allocator,
+        observer: Observer | None = None,
+        after_allocate: Callable[[], None] = lambda: None,
+    ) -> None:
         self.state = state
         self.allocator = allocator
         self.observer = observer or Observer()
+        self.after_allocate = after_allocate  # e.g. reconcile with the kubelet's PodResources soon
         self.stopping = threading.Event()
         self._cache: tuple[int, api_pb2.ListAndWatchResponse] | None = None
         self._cache_lock = threading.Lock()
@@ -77,6 +87,20 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 yield message
             self.state.wait_newer(sent, 0.5)
 
+    def GetPreferredAllocation(  # noqa: N802 (the kubelet's method name)
+        self, request: api_pb2.PreferredAllocationRequest, context: grpc.ServicerContext
+    ) -> api_pb2.PreferredAllocationResponse:
+        # Advice only, and an error would fail the pod: always answer.
+        responses = [
+            api_pb2.ContainerPreferredAllocationResponse(
+                deviceIDs=self.allocator.prefer(
+                    list(r.available_deviceIDs), list(r.must_include_deviceIDs), r.allocation_size
+                )
+            )
+            for r in request.container_requests
+        ]
+        return api_pb2.PreferredAllocationResponse(container_responses=responses)
+
     def Allocate(  # noqa: N802 (the kubelet's method name)
         self, request: api_pb2.AllocateRequest, context: grpc.ServicerContext
     ) -> api_pb2.AllocateResponse:
@@ -99,6 +123,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 context.abort(code, str(err))
             responses.append(api_pb2.ContainerAllocateResponse(envs=env))
         self.observer.allocated(time.perf_counter() - started, True)
+        self.after_allocate()
         return api_pb2.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(  # noqa: N802 (the kubelet's method name)

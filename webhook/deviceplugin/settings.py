@@ -9,6 +9,7 @@ from webhook.core import devices, resources
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_ENDPOINT = "aliyun-gpushare.sock"
+DEFAULT_POD_RESOURCES = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
 
 
 class SettingsError(ValueError):
@@ -31,6 +32,9 @@ class DevicePluginSettings:
     api_host: str = ""  # explicit API URL (tests, local runs); wins over kubeconfig
     health_port: int = 0  # /healthz and /metrics on 0.0.0.0:<port>; 0 = off
     allocate_wait_s: float = 3.0  # how long Allocate waits for the pod watch to show the pod
+    pod_resources_socket: Path | None = DEFAULT_POD_RESOURCES  # kubelet PodResources API; None = off
+    reconcile_s: float = 30.0  # reconcile with PodResources this often (and right after Allocates)
+    api_timeout_s: float = 30.0  # exit 1 when the first list of this node's pods fails this long
     max_list_bytes: int = 2 * 1024 * 1024  # refuse to start above this ListAndWatch size (kubelet: 4 MB)
     log_level: str = "info"
     log_format: str = "json"
@@ -50,6 +54,8 @@ class DevicePluginSettings:
             raise SettingsError(f"--endpoint {self.endpoint!r} must be a socket file name ending in .sock")
         if self.allocate_wait_s < 0 or self.health_recovery_s <= 0:
             raise SettingsError("--allocate-wait must be >= 0 and --health-recovery > 0 seconds")
+        if self.api_timeout_s <= 0 or self.reconcile_s <= 0:
+            raise SettingsError("--api-timeout and --reconcile-period must be > 0 seconds")
         if not 0 <= self.health_port <= 65535:
             raise SettingsError(f"--health-port {self.health_port} is not a port")
         self.granularity()

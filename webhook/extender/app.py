@@ -36,6 +36,8 @@ from webhook.serving import metrics, probes
 
 log = logging.getLogger(__name__)
 METRICS_NAMESPACE = "gpushare_extender"
+INTERNAL_ERROR = "internal error in the gpushare extender (logged there); retry"
+UNENCODABLE = "the reply cannot be encoded as JSON (the Node objects sent are nested too deeply)"
 
 
 class JSONResponse(StarletteJSONResponse):
@@ -44,6 +46,14 @@ class JSONResponse(StarletteJSONResponse):
 
     def render(self, content: Any) -> bytes:
         return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
+def _reply(content: Any, fallback: Any) -> Response:
+    """`content` as JSON, or `fallback` when it cannot be encoded (filter echoes the Node objects it got)."""
+    try:
+        return JSONResponse(content)
+    except (RecursionError, ValueError):
+        return JSONResponse(fallback)
 
 
 @dataclass
@@ -155,8 +165,12 @@ def build_app(
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             outcome = "bad_request"
             result = wire.filter_error(str(err))
+        except Exception:  # a bug of ours: still 200 with Error, which kube-scheduler reports on the pod
+            log.exception("filter failed")
+            outcome = "error"
+            result = wire.filter_error(INTERNAL_ERROR)
         request_metrics.observe("filter", outcome, time.perf_counter() - started)
-        return JSONResponse(result)
+        return _reply(result, wire.filter_error(UNENCODABLE))
 
     async def prioritize(request: Request) -> Response:
         started = time.perf_counter()
@@ -165,6 +179,10 @@ def build_app(
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("prioritize", "bad_request", time.perf_counter() - started)
             return JSONResponse({"Error": str(err)}, status_code=400)
+        except Exception:  # no scores: kube-scheduler then ranks nodes without ours
+            log.exception("prioritize failed")
+            request_metrics.observe("prioritize", "error", time.perf_counter() - started)
+            return JSONResponse([])
         request_metrics.observe("prioritize", "ok", time.perf_counter() - started)
         return JSONResponse(wire.host_priority_list(scores))
 
@@ -202,12 +220,16 @@ def build_app(
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("bind", "bad_request", time.perf_counter() - started)
             return JSONResponse(wire.binding_result(str(err)))
-        if not ext.leadership.is_leader():
-            error = await forward_bind(request, args, body)
-            outcome = "not_leader" if request.headers.get(forward.FORWARDED_HEADER) else "forwarded"
-            request_metrics.observe("bind", outcome, time.perf_counter() - started)
-            return JSONResponse(wire.binding_result(error))
-        error = await asyncio.get_running_loop().run_in_executor(binds, ext.binder.bind, args)
+        try:
+            if not ext.leadership.is_leader():
+                error = await forward_bind(request, args, body)
+                outcome = "not_leader" if request.headers.get(forward.FORWARDED_HEADER) else "forwarded"
+                request_metrics.observe("bind", outcome, time.perf_counter() - started)
+                return JSONResponse(wire.binding_result(error))
+            error = await asyncio.get_running_loop().run_in_executor(binds, ext.binder.bind, args)
+        except Exception:  # a bug of ours: the scheduler retries a bind that answered an Error
+            log.exception("bind failed", extra={"fields": {"pod": args.key, "node": args.node}})
+            error = INTERNAL_ERROR
         request_metrics.observe("bind", "error" if error else "ok", time.perf_counter() - started)
         if error:
             log.info("bind failed", extra={"fields": {"pod": args.key, "node": args.node, "error": error}})

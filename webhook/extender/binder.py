@@ -2,8 +2,9 @@
 
 The placement annotations travel in the Binding itself (`metadata.annotations`, which the API server
 merges into the pod together with spec.nodeName), so a pod is never left half-placed: a failed Binding
-writes nothing, and the memory it had reserved is forgotten. The Binding carries the pod UID as a
-precondition, so a pod deleted and re-created under the same name is never bound by mistake.
+writes nothing, and the memory that bind reserved is forgotten. The Binding carries the pod UID as a
+precondition, so a pod deleted and re-created under the same name is never bound by mistake. Binds of
+one pod take turns, so a duplicate sees the first one's outcome instead of reserving again.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.core import allocator, demand, resources
+from webhook.core import accounting, allocator, demand, resources
 from webhook.core import annotations as ann
 from webhook.extender import cache as cache_mod
 from webhook.extender.settings import ExtenderSettings
@@ -52,7 +55,48 @@ class KubeBindingApi:
             return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """How creating a Binding ended: `error` ("" when the pod is bound where asked); `landed` when it is
+    this Binding that bound it; `pod`, the pod as a GET after a failure showed it; `unknown` when a
+    Binding may have landed although no reply said so."""
+
+    error: str
+    landed: bool = False
+    pod: Mapping[str, Any] | None = None
+    unknown: bool = False
+
+
+class _Turns:
+    """One bind per pod at a time: a duplicate (a scheduler retry, a copy forwarded by a follower)
+    waits for the bind in progress and then sees its outcome, instead of reserving a second time."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._turns: dict[str, tuple[threading.Lock, list[int]]] = {}  # lock, [callers using it]
+
+    @contextmanager
+    def turn(self, key: str, timeout_s: float) -> Iterator[bool]:
+        with self._guard:
+            lock, users = self._turns.setdefault(key, (threading.Lock(), [0]))
+            users[0] += 1
+        got = lock.acquire(timeout=timeout_s)
+        try:
+            yield got
+        finally:
+            if got:
+                lock.release()
+            with self._guard:
+                users[0] -= 1
+                if not users[0]:
+                    del self._turns[key]
+
+
 class Binder:
+    """Binds pods; idempotent per pod: a bind for a pod that is bound (or being bound) by this extender
+    returns that placement's outcome or says where the pod is, and never touches another bind's
+    reservation. `wait_s` bounds how long a duplicate waits for the bind in progress."""
+
     def __init__(
         self,
         cache: cache_mod.Cache,
@@ -60,12 +104,16 @@ class Binder:
         settings: ExtenderSettings,
         clock_ns: Callable[[], int] = time.time_ns,
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        wait_s: float = 10.0,
     ) -> None:
         self.cache = cache
         self.api = api
         self.settings = settings
+        self.wait_s = wait_s
         self._clock_ns = clock_ns
         self._sleep = sleep
+        self._turns = _Turns()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -78,10 +126,15 @@ class Binder:
 
     def bind(self, args: BindingArgs) -> str:
         """Bind the pod; "" on success, else the reason (kube-scheduler puts it in the pod's events)."""
-        try:
-            return self._bind(args)
-        except errors.ApiError as err:
-            return f"binding pod {args.key} to {args.node}: {err.message}"
+        with self._turns.turn(args.key, self.wait_s) as mine:
+            if not mine:
+                return (
+                    f"pod {args.key}: an earlier bind of it is still running after {self.wait_s:g} s; retry"
+                )
+            try:
+                return self._bind(args)
+            except errors.ApiError as err:
+                return f"binding pod {args.key} to {args.node}: {err.message}"
 
     def _bind(self, args: BindingArgs) -> str:
         record = self.cache.pod(args.key)
@@ -90,30 +143,75 @@ class Binder:
             pod = self.api.get_pod(args.pod_namespace, args.pod_name)
             if pod is None:
                 return f"pod {args.key} not found"
-            record = cache_mod.record_of(pod, self.cache.names)
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             if args.pod_uid and uid != args.pod_uid:
                 return f"pod {args.key} has UID {uid}, not {args.pod_uid}: it was re-created"
-            if record is None:  # asks for no GPU memory: a plain Binding
-                return self._send(args, uid, {})
+            record = cache_mod.record_of(pod, self.cache.names)
+            if record is None:
+                return self._asks_nothing(args)
+            if record.node:  # bound already, and the watch has not shown it: count it meanwhile
+                self.cache.adopt(pod, self._clock_ns())
         uid = args.pod_uid or record.uid
+        done = self._placed_already(args, uid, record)
+        if done is not None:
+            return done
         if record.demand is None:
             return f"pod {args.key}: {record.demand_error}"
-        if record.node:
-            return "" if record.node == args.node else f"pod {args.key} is already on node {record.node}"
         if not record.demand.asks():
-            return self._send(args, uid, {})
-        chosen = self._reserve(args, uid, record.demand, record.policy)
-        if isinstance(chosen, str):
-            return chosen
-        error = self._send(args, uid, ann.encode(chosen))
-        if error:
-            self.cache.forget(args.key, uid)
-        return error
+            return self._asks_nothing(args)
+        reserved = self._reserve(args, uid, record.demand, record.policy)
+        if isinstance(reserved, str):
+            return reserved
+        token, placement = reserved
+        outcome = self._send(args, uid, ann.encode(placement))
+        if outcome.landed:
+            self.cache.confirm(args.key, token)
+        elif not outcome.unknown:  # nothing of ours landed: release exactly what this bind reserved
+            with self.cache.locked():
+                self.cache.forget(args.key, token)
+                if outcome.pod is not None:  # bound by someone else: count that until the watch shows it
+                    self.cache.adopt(outcome.pod, self._clock_ns())
+        # With an unknown outcome the reservation stays (unconfirmed): the watch settles it, or the
+        # scheduler's next bind of the pod asks the API (`_placed_already`). Over-counting a while is safe.
+        return outcome.error
+
+    def _asks_nothing(self, args: BindingArgs) -> str:
+        return (
+            f"pod {args.key} asks for no {self.cache.names.memory}: the gpushare extender binds only pods "
+            f"that do (list it in managedResources of the scheduler's extender configuration)"
+        )
+
+    def _placed_already(self, args: BindingArgs, uid: str, record: cache_mod.PodRecord) -> str | None:
+        """The answer for a pod this extender already bound, or that the watch shows bound; None to bind."""
+        held = self.cache.assumption(args.key)
+        if held is not None and held.uid == uid and held.bound:
+            return _bound_answer(args, held.node, placed=True)
+        if held is not None and held.uid == uid:
+            # An earlier bind of this pod ended not knowing whether its Binding landed: ask the API.
+            try:
+                pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+            except errors.ApiError as err:
+                return (
+                    f"pod {args.key}: whether an earlier bind of it landed is unknown: {err.message}; retry"
+                )
+            with self.cache.locked():
+                self.cache.forget(args.key, held.token)
+                if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+                    return f"pod {args.key} was deleted or re-created"
+                node = accounting.node_name_of(pod)
+                if not node:
+                    return None  # it did not land: bind afresh
+                self.cache.adopt(pod, self._clock_ns())
+                return _bound_answer(args, node, _has_placement(pod))
+        if record.node and record.ended:
+            return f"pod {args.key} is bound to node {record.node} and has finished or is being deleted"
+        if record.node:
+            return _bound_answer(args, record.node, record.share is not None or bool(record.problem))
+        return None
 
     def _reserve(
         self, args: BindingArgs, uid: str, asked: demand.GpuMemoryDemand, policy_value: str
-    ) -> ann.Placement | str:
+    ) -> tuple[int, ann.Placement] | str:
         policy = allocator.policy_of(
             {resources.PLACEMENT_POLICY_ANNOTATION: policy_value}, self.settings.default_policy
         )
@@ -126,47 +224,72 @@ class Binder:
                 return f"node {args.node}: {result.reason}"
             now = self._clock_ns()
             self.cache.expire_assumptions(now)
-            self.cache.assume(args.key, uid, args.node, result.allocation, now)
-        return ann.Placement(result.allocation, device_memory=result.device_memory, assume_time_ns=now)
+            token = self.cache.assume(args.key, uid, args.node, result.allocation, now)
+        placement = ann.Placement(result.allocation, device_memory=result.device_memory, assume_time_ns=now)
+        return token, placement
 
-    def _send(self, args: BindingArgs, uid: str, wanted: Mapping[str, str]) -> str:
+    def _send(self, args: BindingArgs, uid: str, wanted: Mapping[str, str]) -> _Outcome:
         """Create the Binding; retry on 409 and 5xx unless the pod shows the retry is pointless or done."""
         last = ""
+        # A 5xx or lost connection may hide a Binding that landed; a GET showing the pod unbound clears it.
+        unsure = False
         for attempt in range(max(1, self.settings.bind_attempts)):
             if attempt:
                 self._sleep(self.settings.bind_backoff_s * 2 ** (attempt - 1))
             try:
                 self.api.bind(args.pod_namespace, args.pod_name, uid, args.node, wanted)
-                return ""
+                return _Outcome("", landed=True)
             except errors.ApiError as err:
                 last = f"binding pod {args.key} to {args.node}: {err.message}"
                 if not (err.retryable or isinstance(err, errors.ConflictError)):
-                    return last
-            verdict = self._check_after_failure(args, uid, wanted)
+                    return _Outcome(last)  # refused outright (404, 4xx): nothing landed
+                unsure = unsure or err.retryable
+            try:
+                pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+            except errors.ApiError:
+                continue
+            verdict = self._after_failure(args, uid, wanted, pod)
             if verdict is not None:
                 return verdict
+            unsure = False  # the pod is still unbound: no earlier attempt landed
             log.info(
                 "retrying binding", extra={"fields": {"pod": args.key, "node": args.node, "error": last}}
             )
-        return last
+        return _Outcome(last + ("; whether it landed is unknown" if unsure else ""), unknown=unsure)
 
-    def _check_after_failure(self, args: BindingArgs, uid: str, wanted: Mapping[str, str]) -> str | None:
-        """None: retry. "": the Binding did succeed (its reply was lost). Else why it never will."""
-        try:
-            pod = self.api.get_pod(args.pod_namespace, args.pod_name)
-        except errors.ApiError:
-            return None
+    @staticmethod
+    def _after_failure(
+        args: BindingArgs, uid: str, wanted: Mapping[str, str], pod: Mapping[str, Any] | None
+    ) -> _Outcome | None:
+        """None: retry. Else the outcome the pod shows: bound by this bind (its reply was lost), or why
+        a retry never will succeed."""
         if pod is None:
-            return f"pod {args.key} was deleted"
+            return _Outcome(f"pod {args.key} was deleted")
         meta = pod.get("metadata") or {}
         if uid and meta.get("uid") != uid:
-            return f"pod {args.key} was re-created (UID {meta.get('uid')}, not {uid})"
-        if meta.get("deletionTimestamp"):
-            return f"pod {args.key} is being deleted"
-        node = (pod.get("spec") or {}).get("nodeName")
+            return _Outcome(f"pod {args.key} was re-created (UID {meta.get('uid')}, not {uid})")
+        node = accounting.node_name_of(pod)
         if node:
             current = meta.get("annotations") or {}
             if node == args.node and all(current.get(k) == v for k, v in wanted.items()):
-                return ""
-            return f"pod {args.key} is already assigned to node {node}"
+                return _Outcome("", landed=True)
+            return _Outcome(_bound_answer(args, node, _has_placement(pod)), pod=pod)
+        if meta.get("deletionTimestamp"):
+            return _Outcome(f"pod {args.key} is being deleted")
         return None
+
+
+def _bound_answer(args: BindingArgs, node: str, placed: bool) -> str:
+    """A bind's answer for a pod already bound to `node` (`placed`: with a gpushare placement)."""
+    if node != args.node:
+        return f"pod {args.key} is already bound to node {node}, not {args.node}"
+    if not placed:
+        return f"pod {args.key} is already bound to node {node} without a gpushare placement"
+    return ""  # the same placement: a duplicate bind succeeds as the first did
+
+
+def _has_placement(pod: Mapping[str, Any]) -> bool:
+    try:
+        return ann.decode((pod.get("metadata") or {}).get("annotations")) is not None
+    except ann.AnnotationError:
+        return True  # a placement, unreadable: the cache reports it on the node

@@ -1,16 +1,18 @@
 """Node and pod state of the extender: one accounting.Ledger per node, fed by list+watch events.
 
 Annotations are the only persistent state, so a fresh cache fed the same objects holds the same
-numbers. A pod the binder has just bound is counted at once ("assumed") until the watch shows it with a
-node, is deleted, or the assumption expires; a failed bind forgets it, so no memory stays counted.
+numbers. A pod the binder is binding is counted at once ("assumed") until the watch shows it with a
+node, is deleted, or the assumption expires. Each assumption has a token: a failed bind forgets only
+the one it made, never a later one of the same pod.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from webhook.core import accounting, demand, resources
@@ -33,13 +35,20 @@ class PodRecord:
     share: accounting.PodShare | None = None
     problem: str = ""
     count_label: object = None  # the gpu-count label as last read: the only input of `demand` that may change
+    ended: bool = False  # finished or being deleted: holds no memory any more
 
 
 @dataclass(frozen=True, slots=True)
-class _Assumption:
+class Assumption:
+    """Memory counted for a pod before the watch shows it bound. `token` names the bind that made it;
+    `bound`: the API accepted its Binding (else it is in flight, or its outcome is unknown)."""
+
+    token: int
     uid: str
     node: str
     since_ns: int
+    bound: bool = False
+    older: frozenset[str] = frozenset()  # UIDs of older pods of the same name the cache had seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +99,7 @@ def record_of(
         share=share,
         problem=problem,
         count_label=count_label,
+        ended=not accounting.holds_memory(pod),
     )
 
 
@@ -107,7 +117,8 @@ class Cache:
         self._ledgers: dict[str, accounting.Ledger] = {}
         self._nodes: set[str] = set()
         self._pods: dict[str, PodRecord] = {}
-        self._assumed: dict[str, _Assumption] = {}
+        self._assumed: dict[str, Assumption] = {}
+        self._tokens = itertools.count(1)
         # Free memory of each known node's largest healthy GPU (-1: none healthy), refreshed on read for
         # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
         self._largest: dict[str, int] = {}
@@ -167,11 +178,17 @@ class Cache:
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         with self._lock:
             assumption = self._assumed.get(key)
-            if assumption is not None and (
-                kind == DELETED
-                or assumption.uid != uid
-                or accounting.node_name_of(pod)
-                or not accounting.holds_memory(pod)
+            # Late events of an older pod of the same name (the watch is behind the GET that showed the
+            # binder the newer one) must not drop the newer one's memory.
+            if (
+                assumption is not None
+                and uid not in assumption.older
+                and (
+                    kind == DELETED
+                    or assumption.uid != uid
+                    or accounting.node_name_of(pod)
+                    or not accounting.holds_memory(pod)
+                )
             ):
                 # The watch now shows where the pod really is (or that it is gone): it replaces the guess.
                 self._drop_assumption(key)
@@ -206,23 +223,62 @@ class Cache:
 
     # --- assumptions (binder) ----------------------------------------------------------------------
 
-    def assume(self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int) -> None:
-        """Count a pod on `node` from the moment its Binding is sent, before the watch shows it."""
+    def assume(self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int) -> int:
+        """Count a pod on `node` from the moment its Binding is sent, before the watch shows it; the token
+        that `confirm` and `forget` take. Replaces an earlier assumption of the pod: the binder only
+        assumes for a pod whose earlier binds are over (or for a newer pod of the same name)."""
         with self._lock:
+            previous = self._assumed.get(key)
+            older = {previous.uid, *previous.older} if previous is not None else set()
             self._drop_assumption(key)
             old = self._pods.get(key)
             if old is not None and old.node:
                 self._ledger(old.node).release(key)
-            self._assumed[key] = _Assumption(uid, node, now_ns)
+            if old is not None:
+                older.add(old.uid)
+            older.discard(uid)
+            token = next(self._tokens)
+            self._assumed[key] = Assumption(token, uid, node, now_ns, older=frozenset(older))
             share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
             self._ledger(node).place(share)
+            return token
 
-    def forget(self, key: str, uid: str) -> None:
-        """A Binding failed: stop counting the assumed pod (unless the watch already showed it bound)."""
+    def assumption(self, key: str) -> Assumption | None:
+        return self._assumed.get(key)
+
+    def confirm(self, key: str, token: int) -> None:
+        """The API accepted the Binding of assumption `token`: the pod is bound there."""
         with self._lock:
             assumption = self._assumed.get(key)
-            if assumption is not None and assumption.uid == uid:
+            if assumption is not None and assumption.token == token:
+                self._assumed[key] = replace(assumption, bound=True)
+
+    def forget(self, key: str, token: int) -> None:
+        """A Binding failed: stop counting what assumption `token` reserved. Another bind's assumption,
+        or what the watch already shows, stays counted."""
+        with self._lock:
+            assumption = self._assumed.get(key)
+            if assumption is not None and assumption.token == token:
                 self._drop_assumption(key)
+
+    def adopt(self, pod: Mapping[str, Any], now_ns: int) -> None:
+        """Count a pod that a GET showed bound while the watch has not shown it bound yet: the watch's next
+        event for it replaces this, as for any assumption."""
+        key = accounting.pod_key(pod)
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        node = accounting.node_name_of(pod)
+        with self._lock:
+            record = self._pods.get(key)
+            behind = record is None or (record.uid == uid and not record.node)
+            if not node or not behind or key in self._assumed:
+                return
+            try:
+                share = accounting.share_of(pod)
+            except ann.AnnotationError:
+                return
+            if share is not None:
+                token = self.assume(key, uid, node, share.allocation, now_ns)
+                self.confirm(key, token)
 
     def _drop_assumption(self, key: str) -> None:
         assumption = self._assumed.pop(key, None)

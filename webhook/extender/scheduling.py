@@ -6,6 +6,9 @@ answer them too. Filter takes the cache lock once for all nodes, so every node i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from webhook.core import allocator, demand
 from webhook.extender import wire
 from webhook.extender.cache import Cache
@@ -18,12 +21,13 @@ def filter_nodes(
     cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy
 ) -> wire.FilterResult:
     try:
-        asked = demand.pod_demand(args.pod, cache.names)
+        # In the cache's unit, so "write 3; the unit is GiB" names the unit the nodes are counted in.
+        asked = demand.pod_demand(args.pod, cache.names, cache.unit)
     except demand.DemandError as err:
         return wire.filter_result(args, [], unresolvable=dict.fromkeys(args.node_names, str(err)))
     if not asked.asks():
         return wire.filter_result(args, list(args.node_names))
-    policy = allocator.policy_of((args.pod.get("metadata") or {}).get("annotations"), default_policy)
+    policy = allocator.policy_of(_annotations(args.pod), default_policy)
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -86,10 +90,10 @@ def _judge(
 def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy) -> dict[str, int]:
     """0..10 per node; 0 for nodes where the pod does not fit or that the cache does not know."""
     try:
-        asked = demand.pod_demand(args.pod, cache.names)
+        asked = demand.pod_demand(args.pod, cache.names, cache.unit)
     except demand.DemandError:
         return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
-    policy = allocator.policy_of((args.pod.get("metadata") or {}).get("annotations"), default_policy)
+    policy = allocator.policy_of(_annotations(args.pod), default_policy)
     scores: dict[str, int] = {}
     with cache.locked():
         for name in args.node_names:
@@ -98,3 +102,10 @@ def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.
                 allocator.MIN_SCORE if ledger is None else allocator.score(asked, ledger.gpus(), policy)
             )
     return scores
+
+
+def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod's annotations, or None when absent or not an object (then the default policy applies)."""
+    metadata = pod.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations if isinstance(annotations, Mapping) else None

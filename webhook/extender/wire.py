@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from webhook.core import templates
+
 
 class WireError(ValueError):
     """A request body that is not the extender JSON kube-scheduler sends; the message says what is wrong."""
@@ -63,11 +65,19 @@ class BindingArgs:
         return f"{self.pod_namespace}/{self.pod_name}"
 
 
+def _no_constant(name: str) -> Any:
+    # Python accepts NaN and Infinity; Go's encoding/json (kube-scheduler's side) never writes them.
+    raise ValueError(f"{name} is not a JSON value")
+
+
 def parse_json(body: bytes) -> Any:
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_no_constant)
     except (ValueError, UnicodeDecodeError) as err:
         raise WireError(f"request body is not JSON: {err}") from None
+    except RecursionError:
+        # No Pod or Node is nested hundreds of levels deep; the decoder's stack is what ran out.
+        raise WireError("request body is nested too deeply to be ExtenderArgs") from None
 
 
 def _field(obj: Mapping[str, Any], name: str) -> Any:
@@ -83,7 +93,7 @@ def _field(obj: Mapping[str, Any], name: str) -> Any:
 
 def _object(body: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(body, Mapping):
-        raise WireError(f"{what} must be a JSON object, got {type(body).__name__}")
+        raise WireError(f"{what} must be a JSON object, got {templates.json_type(body)}")
     return body
 
 
@@ -98,10 +108,11 @@ def extender_args(body: Any) -> ExtenderArgs:
         if not isinstance(items, list) or not all(isinstance(n, Mapping) for n in items):
             raise WireError("ExtenderArgs.Nodes.items must be a list of Node objects")
         names = []
-        for n in items:
-            name = (n.get("metadata") or {}).get("name")
+        for i, n in enumerate(items):
+            metadata = n.get("metadata")
+            name = metadata.get("name") if isinstance(metadata, Mapping) else None
             if not isinstance(name, str) or not name:
-                raise WireError("every node in ExtenderArgs.Nodes.items needs metadata.name")
+                raise WireError(f"ExtenderArgs.Nodes.items[{i}].metadata.name must be a non-empty string")
             names.append(name)
         return ExtenderArgs(pod=pod, node_names=tuple(names), nodes=tuple(items))
     if raw_names is None:

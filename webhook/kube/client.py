@@ -6,16 +6,23 @@ service-account environment is present; else kubeconfig/`KUBECONFIG`/~/.kube/con
 
 from __future__ import annotations
 
+import logging
 import os
+import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import kubernetes.client
 import kubernetes.config
+import urllib3
 from kubernetes.config.config_exception import ConfigException
 
 from webhook.kube import errors
 
 IN_CLUSTER_ENV = "KUBERNETES_SERVICE_HOST"
+KUBECONFIG_ENV = "KUBECONFIG"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+TRANSPORT_LOGGER = "urllib3"  # logs every retry as a warning
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +37,9 @@ class ClientSettings:
     verify_tls: bool = True
     ca_file: str = ""
     user_agent: str = "gpushare"
+    # urllib3 retries of a failed connection; None keeps its default (3). One-shot commands use 0 so an
+    # unreachable server fails after one timeout, not four.
+    retries: int | None = None
 
 
 class ConfigError(errors.ApiError):
@@ -51,6 +61,7 @@ def configuration(settings: ClientSettings) -> kubernetes.client.Configuration:
         elif settings.in_cluster or (settings.in_cluster is None and os.environ.get(IN_CLUSTER_ENV)):
             kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         else:
+            _check_kubeconfig_exists(settings.kubeconfig)
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=settings.kubeconfig or None,
                 context=settings.context or None,
@@ -63,7 +74,32 @@ def configuration(settings: ClientSettings) -> kubernetes.client.Configuration:
         config.ssl_ca_cert = settings.ca_file
     if not settings.verify_tls:
         config.verify_ssl = False
+    if settings.retries is not None:
+        config.retries = settings.retries
     return config
+
+
+def _check_kubeconfig_exists(kubeconfig: str) -> None:
+    """Name the paths looked at; the client library only says "Invalid kube-config file" when none exists."""
+    if kubeconfig:
+        paths, source = [kubeconfig], ""
+    elif os.environ.get(KUBECONFIG_ENV):
+        paths, source = os.environ[KUBECONFIG_ENV].split(os.pathsep), f" (${KUBECONFIG_ENV})"
+    else:
+        paths, source = [DEFAULT_KUBECONFIG], ""
+    if not any(Path(p).expanduser().is_file() for p in paths if p):
+        raise ConfigError(
+            f"cannot configure the Kubernetes client: no kubeconfig at {os.pathsep.join(paths)}{source}"
+        )
+
+
+def quiet_transport_logs() -> None:
+    """Keep the HTTP library's noise out of a command's output: a warning per retry (the final failure is
+    reported once, as an ApiError) and, for a kubeconfig with insecure-skip-tls-verify, a warning per
+    request (the user chose it; kubectl says nothing either). Call from a command's entry point: it sets
+    process-wide logging and warning filters."""
+    logging.getLogger(TRANSPORT_LOGGER).setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
 
 
 def connect(settings: ClientSettings) -> kubernetes.client.ApiClient:

@@ -2,13 +2,16 @@
 
 Every public function of `webhook.kube` raises only `ApiError` or a subclass, built from the v1 Status the
 server sent when there is one, so callers branch on `ConflictError`/`GoneError`/`NotFoundError` or on
-`retryable` without knowing the HTTP library.
+`retryable` without knowing the HTTP library. A request that got no answer is an `UnreachableError` whose
+message says where and why in a few words ("connection refused"), not urllib3's MaxRetryError text.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import re
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -38,6 +41,18 @@ class ApiError(Exception):
         return f"{where} {self.reason}: {self.message}" if self.reason else f"{where}: {self.message}"
 
 
+class UnreachableError(ApiError):
+    """No HTTP answer: refused, timed out, name not resolved, TLS failed, connection broken."""
+
+
+class UnauthorizedError(ApiError):
+    """401: the credentials were not accepted (expired token, wrong client certificate)."""
+
+
+class ForbiddenError(ApiError):
+    """403: authenticated, but RBAC does not allow the call; the message names user, verb and resource."""
+
+
 class NotFoundError(ApiError):
     """404: the object does not exist."""
 
@@ -50,7 +65,13 @@ class GoneError(ApiError):
     """410: the resourceVersion is too old (compacted); list again."""
 
 
-_BY_STATUS: dict[int, type[ApiError]] = {404: NotFoundError, 409: ConflictError, 410: GoneError}
+_BY_STATUS: dict[int, type[ApiError]] = {
+    401: UnauthorizedError,
+    403: ForbiddenError,
+    404: NotFoundError,
+    409: ConflictError,
+    410: GoneError,
+}
 
 
 def from_status(status: int, body: Any, fallback_reason: str = "") -> ApiError:
@@ -78,10 +99,61 @@ def from_exception(exc: BaseException) -> ApiError:
     if isinstance(exc, ApiException):
         return from_status(int(exc.status or 0), exc.body, str(exc.reason or ""))
     if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
-        return ApiError(TRANSPORT, type(exc).__name__, str(exc) or type(exc).__name__)
+        return unreachable(exc)
     if isinstance(exc, OpenApiException):
         return ApiError(TRANSPORT, "ClientError", str(exc))
     return ApiError(TRANSPORT, type(exc).__name__, str(exc))
+
+
+def unreachable(exc: BaseException) -> UnreachableError:
+    """`cannot reach the API server at https://h:6443: connection refused` from a urllib3/socket error."""
+    where = ""
+    pool = getattr(exc, "pool", None)  # urllib3's MaxRetryError and ReadTimeoutError carry the pool
+    if pool is not None and getattr(pool, "host", None):
+        where = f" at {pool.scheme}://{pool.host}:{pool.port}"
+    cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason else exc
+    return UnreachableError(
+        TRANSPORT, type(cause).__name__, f"cannot reach the API server{where}: {_why(cause)}"
+    )
+
+
+_ERRNO_TEXT = re.compile(r"\[Errno -?\d+\] ([^)'\"]+)")
+
+
+def _why(exc: BaseException) -> str:
+    """A few words for a transport failure; checked most specific first (NewConnectionError is a timeout)."""
+    if isinstance(exc, urllib3.exceptions.NameResolutionError | socket.gaierror):
+        return f"host name not resolved ({_os_text(exc) or exc})"
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return _os_text(exc) or str(exc)
+    if isinstance(exc, urllib3.exceptions.ConnectTimeoutError):
+        return "no connection within the timeout"
+    if isinstance(exc, urllib3.exceptions.ReadTimeoutError):
+        return "no answer within the timeout"
+    if isinstance(exc, urllib3.exceptions.SSLError):
+        return f"TLS failed: {exc.args[0] if exc.args else exc}"
+    if isinstance(exc, urllib3.exceptions.ProtocolError):  # args: ("Connection aborted.", the cause)
+        inner = next((str(a) for a in exc.args if isinstance(a, BaseException) and str(a)), "")
+        return f"connection broken: {_os_text(exc) or _lower_first(inner) or exc}"
+    return _os_text(exc) or str(exc) or type(exc).__name__
+
+
+def _os_text(exc: BaseException) -> str:
+    """The OS's words for the socket error behind `exc` ("connection refused"), lower-cased; "" if none."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # the cause chain is short; the bound guards against cycles
+        if seen is None:
+            break
+        for candidate in (seen, *(a for a in seen.args if isinstance(a, BaseException))):
+            if isinstance(candidate, OSError) and candidate.strerror:
+                return _lower_first(candidate.strerror)
+        seen = seen.__cause__ or seen.__context__
+    found = _ERRNO_TEXT.search(str(exc))
+    return _lower_first(found.group(1).strip()) if found else ""
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 @contextlib.contextmanager

@@ -13,6 +13,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+import orjson
+
 LEVELS = ("debug", "info", "warning", "error")
 FORMATS = ("json", "text")
 
@@ -22,8 +24,9 @@ class JsonFormatter(logging.Formatter):
 
     def __init__(self) -> None:
         super().__init__()
-        # The webhook logs a line per review: build the encoder once (json.dumps with options makes a
-        # new one per call) and the timestamp's date-and-seconds part once per second.
+        # The webhook logs a line per review: orjson encodes it (the stdlib encoder, built once, is the
+        # fallback for what orjson refuses), and the timestamp's date-and-seconds part is made once per
+        # second.
         self._encoder = json.JSONEncoder(default=str, ensure_ascii=False)
         self._seconds: tuple[int, str] = (-1, "")
 
@@ -51,8 +54,11 @@ class JsonFormatter(logging.Formatter):
                 entry.setdefault(str(key), value)
         if exc:
             entry["exc"] = exc
-        text: str = self._encoder.encode(entry)
-        return text
+        try:
+            return orjson.dumps(entry, default=str).decode()
+        except (orjson.JSONEncodeError, TypeError):  # ints past 64 bits, lone surrogates
+            text: str = self._encoder.encode(entry)
+            return text
 
     def format(self, record: logging.LogRecord) -> str:
         exc = self.formatException(record.exc_info) if record.exc_info else None

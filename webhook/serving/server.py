@@ -1,4 +1,5 @@
-"""Run a Starlette (any ASGI) app under uvicorn, over HTTPS with hot-reloaded certificates or plain HTTP.
+"""Run a Starlette (any ASGI) app under uvicorn (uvloop, httptools), over HTTPS with hot-reloaded
+certificates or plain HTTP, with read deadlines and a connection cap (`protocol`).
 
     server = AppServer(app, ServeOptions(host="0.0.0.0", port=8443, tls=TlsFiles.in_dir(Path("certs"))))
     server.run()                   # blocking; SIGINT/SIGTERM stop it gracefully
@@ -19,14 +20,15 @@ import socket
 import ssl
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any
 
 import uvicorn
+import uvloop
 from starlette.types import ASGIApp
 
-from webhook.serving import probes, tls
+from webhook.serving import probes, protocol, tls
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +43,14 @@ class ServeOptions:
     port: int = 8443  # 0: an ephemeral port, see AppServer.port
     tls: tls.TlsFiles | None = None  # None serves plain HTTP
     cert_reload_interval_s: float = 1.0
-    graceful_shutdown_s: float = 10.0
+    graceful_shutdown_s: float = 10.0  # for requests already read; half-received ones are closed at once
     keep_alive_s: int = 30  # longer than the API server's idle connections are kept (client-go: 90 s max)
     backlog: int = 2048
-    limit_concurrency: int | None = None
+    limits: protocol.Limits = field(default_factory=protocol.Limits)
+    # asyncio's defaults (60 s, 30 s) let a client that never finishes the handshake, or never reads our
+    # close_notify, hold its TLS buffers that long.
+    tls_handshake_timeout_s: float = 5.0
+    tls_shutdown_timeout_s: float = 2.0
 
 
 class AppServer:
@@ -60,7 +66,7 @@ class AppServer:
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             app,
-            http="h11",
+            http=protocol.protocol_class(options.limits),
             lifespan="auto",
             log_config=None,
             access_log=False,
@@ -68,7 +74,6 @@ class AppServer:
             timeout_keep_alive=options.keep_alive_s,
             timeout_graceful_shutdown=int(options.graceful_shutdown_s),
             backlog=options.backlog,
-            limit_concurrency=options.limit_concurrency,
             ssl_context_factory=self._ssl_context if self.tls is not None else None,
         )
         self._server = uvicorn.Server(config)
@@ -132,17 +137,23 @@ class AppServer:
     def run(self) -> None:
         """Serve in this thread until SIGINT/SIGTERM (uvicorn handles the signals in the main thread)."""
         if threading.current_thread() is not threading.main_thread():
-            asyncio.run(self.serve())
+            self._run_loop()
             return
         # uvicorn re-raises the stopping signal after its graceful shutdown, under the handler it found;
         # with the defaults that kills the process (SIGTERM) or raises KeyboardInterrupt (SIGINT). Having
         # stopped cleanly, we want to return and exit 0 instead.
         previous = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
-            asyncio.run(self.serve())
+            self._run_loop()
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _run_loop(self) -> None:
+        loop = _Loop()
+        loop.tls_timeouts = (self.options.tls_handshake_timeout_s, self.options.tls_shutdown_timeout_s)
+        with asyncio.Runner(loop_factory=lambda: loop) as runner:
+            runner.run(self.serve())
 
     def start(self, timeout_s: float = 10.0) -> None:
         """Serve in a daemon thread; return once it accepts connections (ServeError on failure)."""
@@ -185,6 +196,19 @@ class AppServer:
         tb: TracebackType | None,
     ) -> None:
         self.stop()
+
+
+class _Loop(uvloop.Loop):
+    """uvloop, with TLS handshake and shutdown timeouts on the servers it creates: uvicorn calls
+    `create_server` without them and offers no setting."""
+
+    tls_timeouts: tuple[float, float] = (5.0, 2.0)
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", self.tls_timeouts[0])
+            kwargs.setdefault("ssl_shutdown_timeout", self.tls_timeouts[1])
+        return await super().create_server(*args, **kwargs)
 
 
 def _ignore(signum: int, frame: FrameType | None) -> None:

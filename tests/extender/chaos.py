@@ -1,0 +1,119 @@
+"""Faults injected between the extender's binder and any API server (the stand-in or a real one).
+
+`FaultyBindingApi` wraps the binder's `BindingApi` seam, so the same faults work against a real API
+server, where nothing can be injected server-side: latency before a Binding reaches the API and before
+its reply comes back, 409 and 500 that never reached it, 500 for a Binding that did land (a lost reply),
+500 on the GET the binder makes after a failure. `kill()` models the process dying: nothing more is
+sent, while calls already on the wire finish.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.extender.binder import BindingApi
+from webhook.kube import errors
+
+# Counter keys of `FaultyBindingApi.injected`.
+SLOW, CONFLICT, ERROR, LOST_REPLY, GET_ERROR, DEAD = "slow", "409", "500", "lost-reply", "get-500", "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Faults:
+    """Shares of calls that get each fault (0..1); latency is uniform in [0, latency_s]."""
+
+    latency_s: float = 0.3
+    slow: float = 0.3  # calls delayed (a Binding before it reaches the API and again before its reply)
+    conflict: float = 0.04  # Bindings answered 409 without reaching the API
+    error: float = 0.04  # Bindings answered 500 without reaching the API
+    lost_reply: float = 0.04  # Bindings that land but answer 500
+    get_error: float = 0.1  # GETs answered 500
+
+    @classmethod
+    def none(cls) -> Faults:
+        return cls(latency_s=0.0, slow=0.0, conflict=0.0, error=0.0, lost_reply=0.0, get_error=0.0)
+
+
+class FaultyBindingApi:
+    """A BindingApi that passes calls to `inner` with the faults of `faults`; counts what it injected."""
+
+    def __init__(self, inner: BindingApi, faults: Faults, seed: int = 0) -> None:
+        self.inner = inner
+        self.faults = faults
+        self.injected: collections.Counter[str] = collections.Counter()
+        self.sent = 0  # Bindings that reached the API
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._dead = False
+        self._in_flight = 0
+        self._idle = threading.Condition(self._lock)
+
+    def _draw(self) -> tuple[float, float, float]:
+        with self._lock:
+            return self._rng.random(), self._rng.random(), self._rng.uniform(0, self.faults.latency_s)
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.injected[what] += 1
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._dead:
+                self.injected[DEAD] += 1
+                raise errors.ApiError(errors.TRANSPORT, "ConnectionError", "the extender process is gone")
+            self._in_flight += 1
+
+    def _leave(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def kill(self, timeout_s: float = 30.0) -> None:
+        """Send nothing more; wait for the calls already on the wire (a dying process's last requests)."""
+        with self._lock:
+            self._dead = True
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        fault, slow, delay = self._draw()
+        f = self.faults
+        if slow < f.slow:
+            self._count(SLOW)
+            time.sleep(delay)
+        if fault < f.conflict:
+            self._count(CONFLICT)
+            raise errors.ConflictError(409, "Conflict", f"injected conflict binding pod {name}")
+        if fault < f.conflict + f.error:
+            self._count(ERROR)
+            raise errors.ApiError(500, "InternalError", f"injected error binding pod {name}")
+        self._enter()
+        try:
+            self.inner.bind(namespace, name, uid, node, annotations)
+            with self._lock:
+                self.sent += 1
+        finally:
+            self._leave()
+        if slow < f.slow:
+            time.sleep(delay)  # the reply is slow too: the watch may show the pod bound first
+        if fault < f.conflict + f.error + f.lost_reply:
+            self._count(LOST_REPLY)
+            raise errors.ApiError(500, "InternalError", f"injected lost reply binding pod {name}")
+
+    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        fault, slow, delay = self._draw()
+        if slow < self.faults.slow:
+            time.sleep(delay)  # not counted: `slow` counts delayed Bindings
+        if fault < self.faults.get_error:
+            self._count(GET_ERROR)
+            raise errors.ApiError(500, "InternalError", f"injected error reading pod {name}")
+        self._enter()
+        try:
+            return self.inner.get_pod(namespace, name)
+        finally:
+            self._leave()

@@ -1,0 +1,152 @@
+"""What the device plugin knows of one pod on its node that asks for GPU memory: its containers in the
+kubelet's Allocate order (`Slot`s), each with the GPU memory its placement gives it, or why it has none.
+
+Pure: reads pod dicts, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core import annotations as ann
+from webhook.core import demand, resources
+
+
+class PlacementError(ValueError):
+    """A placement that does not fit the pod's containers; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One container the kubelet calls Allocate for, and the GPU memory it gets: {GPU index: units}."""
+
+    container: str
+    init: bool
+    units: int
+    gpus: Mapping[int, int]
+    index: int = 0  # in spec.containers (or spec.initContainers): the allocation annotation's key
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What Allocate needs to know of one pod on the node that asks for GPU memory."""
+
+    uid: str
+    namespace: str
+    name: str
+    order: tuple[Any, ...]  # kubelet admission order: arrival on the node, then bind time
+    first_units: int  # what its first GPU container asks; 0 when unreadable
+    slots: tuple[Slot, ...] = ()
+    placement: ann.Placement | None = None
+    problem: str | None = None  # why it cannot get memory: no placement, bad annotations
+    waiting: bool = True  # Pending, not yet started by the kubelet, not being deleted
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def pod_view(
+    pod: Mapping[str, Any], arrival: int, names: resources.GpuResourceNames | None = None
+) -> PodView | None:
+    """Read a pod dict; None when it asks for no GPU memory."""
+    names = names or resources.GpuResourceNames()
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    base: dict[str, Any] = {
+        "uid": uid,
+        "namespace": str(meta.get("namespace") or "default"),
+        "name": str(meta.get("name") or ""),
+        "waiting": _waiting(meta, status),
+    }
+    try:
+        want = demand.pod_demand(pod, names)
+    except demand.DemandError as err:
+        return PodView(
+            order=(arrival, 0, "", uid), first_units=0, problem=f"unreadable request: {err}", **base
+        )
+    if not want.asks():
+        return None
+    order_units = [u for u in (*want.init_containers, *want.containers) if u > 0]
+    try:
+        placement = ann.decode(meta.get("annotations"))
+    except ann.AnnotationError as err:
+        order = (arrival, 0, str(meta.get("creationTimestamp") or ""), uid)
+        return PodView(order=order, first_units=order_units[0], problem=f"malformed placement: {err}", **base)
+    assume = placement.assume_time_ns if placement else 0
+    order = (arrival, assume, str(meta.get("creationTimestamp") or ""), uid)
+    if placement is None:
+        problem = "has no gpushare placement (it was not bound by the gpushare extender)"
+        return PodView(order=order, first_units=order_units[0], problem=problem, **base)
+    try:
+        slots = _slots(pod, want, placement)
+    except PlacementError as err:
+        return PodView(order=order, first_units=order_units[0], placement=placement, problem=str(err), **base)
+    return PodView(order=order, first_units=order_units[0], slots=slots, placement=placement, **base)
+
+
+def _waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    # The kubelet writes container statuses right after admitting a pod, so a pod that has them (or
+    # runs, or ended) is past Allocate even if marking it assigned was lost.
+    return (
+        not meta.get("deletionTimestamp")
+        and status.get("phase") in (None, "", "Pending")
+        and not status.get("containerStatuses")
+        and not status.get("initContainerStatuses")
+    )
+
+
+def _slots(
+    pod: Mapping[str, Any], want: demand.GpuMemoryDemand, placement: ann.Placement
+) -> tuple[Slot, ...]:
+    """The kubelet's Allocate order: init containers, then app containers, those asking memory only."""
+    spec = pod.get("spec") or {}
+    alloc = placement.allocation
+    per_gpu = alloc.per_gpu()
+    if not per_gpu:
+        raise PlacementError("malformed placement: it holds no GPU memory")
+    legacy = set(alloc.containers) == {0} and sum(alloc.for_container(0).values()) == want.total
+    slots: list[Slot] = []
+    for i, units in enumerate(want.init_containers):
+        if units:
+            slots.append(
+                Slot(_name(spec, "initContainers", i), True, units, _init_gpus(units, per_gpu, want), i)
+            )
+    for i, units in enumerate(want.containers):
+        if not units:
+            continue
+        gpus = dict(alloc.for_container(i))
+        if sum(gpus.values()) != units and legacy:
+            # The original extender's annotations put the whole pod on container 0.
+            gpus = _spread(units, sorted(alloc.for_container(0)))
+        if sum(gpus.values()) != units:
+            raise PlacementError(
+                f"malformed placement: container {_name(spec, 'containers', i)!r} asks {units} units "
+                f"but the allocation annotation gives it {sum(gpus.values())}"
+            )
+        slots.append(Slot(_name(spec, "containers", i), False, units, gpus, i))
+    return tuple(slots)
+
+
+def _init_gpus(units: int, per_gpu: Mapping[int, int], want: demand.GpuMemoryDemand) -> dict[int, int]:
+    # Init containers run before the app containers, inside what the pod holds: split like the pod
+    # when it is split over several GPUs, else on the GPU where the pod holds most (lowest index).
+    gpus = sorted(per_gpu)
+    if want.gpu_count > 1 and len(gpus) == want.gpu_count and units % len(gpus) == 0:
+        return _spread(units, gpus)
+    best = min(gpus, key=lambda g: (-per_gpu[g], g))
+    return {best: units}
+
+
+def _spread(units: int, gpus: Sequence[int]) -> dict[int, int]:
+    if not gpus or units % len(gpus):
+        raise PlacementError(f"malformed placement: {units} units do not split over GPUs {list(gpus)}")
+    return {g: units // len(gpus) for g in gpus}
+
+
+def _name(spec: Mapping[str, Any], key: str, i: int) -> str:
+    items = spec.get(key) or []
+    return str(items[i].get("name") or f"{key}[{i}]") if i < len(items) else f"{key}[{i}]"
