@@ -1,0 +1,74 @@
+"""A node's GPU scheduling mode (`ack.node.gpu.schedule`) and GPU placement label (`ack.node.gpu.placement`).
+
+One table, read by the device plugin (what it advertises, which env it gives), the extender (which nodes
+take shares or whole cards from us, which placement policy) and `gpushare inspect` (the mode column):
+
+| mode      | our plugin advertises                 | whole cards served by | memory isolation          |
+|-----------|---------------------------------------|-----------------------|---------------------------|
+| default   | nothing                               | NVIDIA's plugin       | none (cards are exclusive)|
+| topology  | nothing                               | NVIDIA's plugin (ACK) | none                      |
+| share     | gpu-mem, whole cards                  | ours                  | none                      |
+| cgpu      | gpu-mem, whole cards                  | ours                  | cGPU (unless the node's cgpu.disable.isolation=true) |
+| mps       | gpu-mem, whole cards                  | ours                  | NVIDIA MPS (Volta or newer) |
+
+A node without the label keeps the original gpushare behaviour (`share`, isolation from its
+`cgpu.disable.isolation` label): `LEGACY`. An unknown value serves nothing and is reported, never guessed.
+
+    node_mode({"ack.node.gpu.schedule": "cgpu"})  -> Mode.CGPU
+    node_mode({})                                  -> Mode.SHARE  (legacy)
+    node_mode({"ack.node.gpu.schedule": "Cgpu"})   -> ModeError
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+
+from webhook.core import resources
+from webhook.core.allocator import Policy
+
+MODE_LABEL = resources.ACK_SCHEDULE_LABEL
+PLACEMENT_LABEL = "ack.node.gpu.placement"
+
+
+class ModeError(ValueError):
+    """A node label whose value is not one of the documented ones; the message names the label and values."""
+
+
+class Mode(enum.StrEnum):
+    DEFAULT = "default"
+    TOPOLOGY = "topology"
+    SHARE = "share"
+    CGPU = "cgpu"
+    MPS = "mps"
+
+    @property
+    def shares(self) -> bool:
+        """Our device plugin serves this node: gpu-mem shares and whole cards beside them."""
+        return self in _SHARED
+
+
+_SHARED = frozenset({Mode.SHARE, Mode.CGPU, Mode.MPS})
+LEGACY = Mode.SHARE
+
+
+def node_mode(labels: Mapping[str, object] | None) -> Mode:
+    """The node's mode from its labels; LEGACY when unlabelled; ModeError for a value we do not know."""
+    raw = (labels or {}).get(MODE_LABEL)
+    if raw is None:
+        return LEGACY
+    try:
+        return Mode(raw)
+    except ValueError:
+        allowed = ", ".join(m.value for m in Mode)
+        raise ModeError(f"node label {MODE_LABEL}={raw!r} is not a known mode; use one of {allowed}") from None
+
+
+def node_placement(labels: Mapping[str, object] | None) -> Policy | None:
+    """The node's placement label; None when absent or unknown (the caller falls back to its default).
+    A pod's own `gpushare.aliyun.com/placement-policy` annotation wins over it (`allocator.policy_of`)."""
+    raw = (labels or {}).get(PLACEMENT_LABEL)
+    try:
+        return Policy(raw) if isinstance(raw, str) else None
+    except ValueError:
+        return None
