@@ -3,13 +3,13 @@
 One table, read by the device plugin (what it advertises, which env it gives), the extender (which nodes
 take shares or whole cards from us, which placement policy) and `gpushare inspect` (the mode column):
 
-| mode      | our plugin advertises                 | whole cards served by | memory isolation          |
-|-----------|---------------------------------------|-----------------------|---------------------------|
-| default   | nothing                               | NVIDIA's plugin       | none (cards are exclusive)|
-| topology  | nothing                               | NVIDIA's plugin (ACK) | none                      |
-| share     | gpu-mem, whole cards                  | ours                  | none                      |
-| cgpu      | gpu-mem, whole cards                  | ours                  | cGPU (unless the node's cgpu.disable.isolation=true) |
-| mps       | gpu-mem, whole cards                  | ours                  | NVIDIA MPS (Volta or newer) |
+| mode     | our plugin advertises | whole cards served by | memory isolation of shares                  |
+|----------|-----------------------|-----------------------|---------------------------------------------|
+| default  | nothing               | NVIDIA's plugin       | none (cards are exclusive)                  |
+| topology | nothing               | NVIDIA's plugin (ACK) | none                                        |
+| share    | gpu-mem, whole cards  | ours                  | none                                        |
+| cgpu     | gpu-mem, whole cards  | ours                  | cGPU, unless cgpu.disable.isolation=true    |
+| mps      | gpu-mem, whole cards  | ours                  | NVIDIA MPS (Volta or newer)                 |
 
 A node without the label keeps the original gpushare behaviour (`share`, isolation from its
 `cgpu.disable.isolation` label): `LEGACY`. An unknown value serves nothing and is reported, never guessed.
@@ -61,7 +61,9 @@ def node_mode(labels: Mapping[str, object] | None) -> Mode:
         return Mode(raw)
     except ValueError:
         allowed = ", ".join(m.value for m in Mode)
-        raise ModeError(f"node label {MODE_LABEL}={raw!r} is not a known mode; use one of {allowed}") from None
+        raise ModeError(f"node label {MODE_LABEL}={raw!r} is not a known mode; use one of {allowed}") from (
+            None
+        )
 
 
 def node_placement(labels: Mapping[str, object] | None) -> Policy | None:
