@@ -50,6 +50,7 @@ class Mode(enum.StrEnum):
 
 _SHARED = frozenset({Mode.SHARE, Mode.CGPU, Mode.MPS})
 LEGACY = Mode.SHARE
+_VALUES = tuple(m.value for m in Mode)
 
 
 def node_mode(labels: Mapping[str, object] | None) -> Mode:
@@ -57,13 +58,10 @@ def node_mode(labels: Mapping[str, object] | None) -> Mode:
     raw = (labels or {}).get(MODE_LABEL)
     if raw is None:
         return LEGACY
-    try:
+    if isinstance(raw, str) and raw in _VALUES:
         return Mode(raw)
-    except ValueError:
-        allowed = ", ".join(m.value for m in Mode)
-        raise ModeError(f"node label {MODE_LABEL}={raw!r} is not a known mode; use one of {allowed}") from (
-            None
-        )
+    allowed = ", ".join(_VALUES)
+    raise ModeError(f"node label {MODE_LABEL}={raw!r} is not a known mode; use one of {allowed}")
 
 
 def node_placement(labels: Mapping[str, object] | None) -> Policy | None:
