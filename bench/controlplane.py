@@ -8,7 +8,7 @@ Scheduling: N nodes x 8 GPUs. (a) gpu-mem pods (4 GiB each) scheduled by the cha
 profile, which calls our extender for filter, prioritize and bind; (b) pods asking `nvidia.com/gpu: 1`
 on nodes advertising 8 whole GPUs, scheduled by the same kube-scheduler binary and client settings with
 no extender. Pods are created first with their scheduler stopped; the clock runs from the scheduler's
-readiness to the last pod bound. Goal (issue 10): (a) >= 0.5x (b).
+start (spawn, start-up included) to the last pod bound. Goal (issue 10): (a) >= 0.5x (b).
 """
 # ruff: noqa: E501  (report lines are kept whole)
 
@@ -72,14 +72,18 @@ def _bound(bed: Bed, ns: str) -> int:
 
 
 def _time_until_bound(bed: Bed, ns: str, pods: int, start: Any) -> float:
-    process: Process = start()
+    """Seconds from spawning the scheduler to the last pod bound. The clock starts before readiness: a
+    fast scheduler binds most pods before its /readyz answers, so a clock started there reads ~0."""
     t0 = time.monotonic()
+    process: Process = start()
+    ready = time.monotonic() - t0
     while _bound(bed, ns) < pods:
         if time.monotonic() - t0 > 600:
             raise SystemExit(f"{ns}: only {_bound(bed, ns)}/{pods} bound after 600 s; logs in {bed.cp.logs}")
         time.sleep(0.05)
     elapsed = time.monotonic() - t0
     process.stop()
+    print(f"  {ns}: scheduler ready after {ready:.2f} s, all {pods} pods bound after {elapsed:.2f} s")
     return elapsed
 
 

@@ -20,11 +20,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.standins.apiserver import pod_manifest
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port
 from webhook.core import annotations as ann
 from webhook.core import devices, podviews, resources
+from webhook.devcluster.standin.apiserver import pod_manifest
 from webhook.deviceplugin import allocator, inventory, podsource, registration, server, state
 from webhook.deviceplugin.v1beta1 import api_pb2
 from webhook.kube import client, pods, rest, watch
@@ -58,7 +58,7 @@ class RemoteApi:
         port = free_port()
         root = Path(__file__).resolve().parents[1]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.standins.apiserver", "--port", str(port)],
+            [sys.executable, "-m", "webhook.devcluster.standin.apiserver", "--port", str(port)],
             cwd=root,
             stdout=subprocess.PIPE,
             text=True,

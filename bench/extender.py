@@ -35,8 +35,8 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.extender.factory import FakeApi, node, pod
-from tests.standins.apiserver import ApiServer
 from webhook.core import allocator
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, service, wire
 from webhook.extender.binder import Binder

@@ -22,7 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.extender import chaos, storm
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
 

@@ -1,5 +1,5 @@
-"""Shared fixtures: `apiserver`, the local Kubernetes API stand-in (tests/standins/apiserver.py), and
-logging isolation between tests."""
+"""Shared fixtures: `apiserver`, the local Kubernetes API stand-in
+(webhook/devcluster/standin/apiserver.py), and logging isolation between tests."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 
 
 @pytest.fixture

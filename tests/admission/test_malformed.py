@@ -13,11 +13,6 @@ from tests.admission import asgi, samples
 from webhook.admission import review
 
 GPU_MEM = {"aliyun.com/gpu-mem": "4"}
-# Strict: it fails once the core is fixed, to say "drop this mark and fuzz.KNOWN_CORE_BUG".
-CORE_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="webhook/core/isolation.py _decide iterates spec.containers/initContainers unchecked (TypeError)",
-)
 
 
 def gpu_review(**spec: Any) -> dict[str, Any]:
@@ -37,8 +32,8 @@ def answer(body: bytes, path: str = "/validate") -> tuple[int, Any]:
     [
         ("containers", 3),
         ("containers", True),
-        pytest.param("initContainers", 3, marks=CORE_BUG),
-        pytest.param("initContainers", True, marks=CORE_BUG),
+        ("initContainers", 3),
+        ("initContainers", True),
         ("initContainers", "x"),
     ],
     ids=["containers-number", "containers-bool", "init-number", "init-bool", "init-string"],

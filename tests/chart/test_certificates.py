@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.chart import render
-from tests.standins.apiserver import ApiServer
 from webhook.cli import ensure_certs
 from webhook.core import certificates
+from webhook.devcluster.standin.apiserver import ApiServer
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"

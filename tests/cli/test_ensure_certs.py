@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
 from webhook.cli import ensure_certs
 from webhook.core import certificates
+from webhook.devcluster.standin.apiserver import ApiServer
 
 NS = "gpu-system"
 SECRET = "gpushare-webhook-tls"

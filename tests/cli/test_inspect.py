@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
 from webhook.cli import inspect, inspect_table
 from webhook.core import accounting, resources
 from webhook.core import annotations as ann
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as extender_app
 from webhook.extender import cache as extender_cache
 

@@ -15,8 +15,8 @@ import pytest
 import urllib3
 import yaml
 
-from tests.standins.apiserver import ApiServer
 from webhook.cli import exitcodes, inspect
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
 

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
 from webhook.cli import inspect, progress
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.standins.apiserver import pod_manifest
 from webhook.core import annotations as ann
+from webhook.devcluster.standin.apiserver import pod_manifest
 
 
 def placed_pod(

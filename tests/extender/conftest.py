@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.extender.factory import node, pod
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from tests.extender.factory import node, pod
-from tests.standins.apiserver import ApiServer
 from webhook.core import resources
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import service
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings, LeaderSettings

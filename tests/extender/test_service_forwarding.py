@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from tests.extender.factory import pod
-from tests.standins.apiserver import ApiServer
 from tests.standins.loopback import free_port
 from webhook.core import resources
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import forward
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings, LeaderSettings

@@ -9,7 +9,7 @@ import pytest
 
 from tests.extender import chaos, invariant, storm
 from tests.extender.factory import FakeApi, pod
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 
 CAPACITY = {("n1", 0): 16, ("n1", 1): 8}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client, pods
 
 

@@ -8,7 +8,7 @@ import kubernetes.client
 import pytest
 import urllib3
 
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import errors, leader, pods, rest, watch
 
 

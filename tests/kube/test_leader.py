@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import leader
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import errors, pods
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.standins.apiserver import ApiServer
+from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import rest, watch
 
 FAST = watch.WatchSettings(timeout_seconds=30, page_size=2, backoff=watch.Backoff(initial=0.02, maximum=0.1))

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import gpumem, resources, templates
+from webhook.core import gpumem, podspec, resources, templates
 
 _NAME_LIMIT = 63
 
@@ -183,29 +183,15 @@ def pod_demand(
             raise _error(key, None, None, gpumem.wrong_type(value, "an object"))
         parts.append(value or {})
     spec, metadata = parts
-    app = _units(spec, "containers", names, unit)
-    init = _units(spec, "initContainers", names, unit)
+    app: list[int] = []
+    init: list[int] = []
+    for item in podspec.containers(spec):
+        if isinstance(item, podspec.WrongShape):
+            raise _wrong_type(item.path, None, item.value, item.expected)
+        units = container_units(item.body, names.memory, unit, item.path)
+        if units:
+            _check_shape(item.body, item.path, names, unit)
+        (init if item.init else app).append(units)
     count = gpu_count(metadata.get("labels"), names.count)
     check_split(sum(app), count, names.count, unit)
-    return GpuMemoryDemand(containers=app, init_containers=init, gpu_count=count)
-
-
-def _units(
-    spec: Mapping[str, Any], key: str, names: resources.GpuResourceNames, unit: str
-) -> tuple[int, ...]:
-    items = spec.get(key)
-    if items is None:
-        return ()
-    path = f"spec.{key}"
-    if not isinstance(items, list):
-        raise _wrong_type(path, None, items, "a list of containers")
-    out = []
-    for i, container in enumerate(items):
-        at = f"{path}[{i}]"
-        if not isinstance(container, Mapping):
-            raise _wrong_type(at, None, container, "an object (a container)")
-        units = container_units(container, names.memory, unit, at)
-        if units:
-            _check_shape(container, at, names, unit)
-        out.append(units)
-    return tuple(out)
+    return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)

@@ -71,6 +71,7 @@ class Gpu:
     uuid: str
     memory_mib: int
     model: str = ""
+    compute_capability: str = ""  # "7.0"; "" when unknown (MPS then refuses: webhook/core/mps.py)
 
 
 @dataclass(frozen=True, slots=True)

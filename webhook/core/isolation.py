@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import quantity, resources, rules, templates
+from webhook.core import podspec, quantity, resources, rules, templates
 
 _BOOLS = ("true", "false")
 _NAME_LIMIT = 40
@@ -69,16 +69,18 @@ def _gpu_memory(container: Mapping[str, Any], name: str) -> bool:
     return False
 
 
+def _gpu_memory_entries(
+    spec: Mapping[str, Any], names: resources.GpuResourceNames, prefix: str = ""
+) -> list[podspec.Container]:
+    # Misshapen lists and items are skipped: the rules deny them, naming the field.
+    return [c for c in podspec.objects(spec, prefix) if _gpu_memory(c.body, names.memory)]
+
+
 def gpu_memory_containers(
     spec: Mapping[str, Any], names: resources.GpuResourceNames
 ) -> list[Mapping[str, Any]]:
     """The containers and init containers that ask for GPU memory, in spec order."""
-    out: list[Mapping[str, Any]] = []
-    for key in ("containers", "initContainers"):
-        items = spec.get(key)
-        if isinstance(items, list):
-            out += [c for c in items if isinstance(c, templates.OBJECT) and _gpu_memory(c, names.memory)]
-    return out
+    return [c.body for c in _gpu_memory_entries(spec, names)]
 
 
 def asks_gpu_memory(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
@@ -203,8 +205,8 @@ def _explain(policy: IsolationPolicy, annotation: str | None, env: str | None) -
 def _decide(
     template: templates.PodTemplate, policy: IsolationPolicy, names: resources.GpuResourceNames
 ) -> IsolationDecision:
-    containers = gpu_memory_containers(template.spec, names)
-    if not containers:
+    indexed = _gpu_memory_entries(template.spec, names, template.path)
+    if not indexed:
         return IsolationDecision(None)
     key = policy.label_key
     warnings: list[str] = []
@@ -212,14 +214,7 @@ def _decide(
     selector = _get(template.spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
     affinity = _allowed_by_affinity(template.spec, key, spec_path)
     annotation = _annotation(template, policy.annotation_key)
-    wanted = {id(c) for c in containers}
-    indexed = [
-        (c, f"{spec_path}.{k}[{i}]")
-        for k in ("containers", "initContainers")
-        for i, c in enumerate(template.spec.get(k) or ())
-        if isinstance(c, templates.OBJECT) and id(c) in wanted
-    ]
-    settings = [_env_setting(c, p, policy.env_name, warnings) for c, p in indexed]
+    settings = [_env_setting(c.body, c.path, policy.env_name, warnings) for c in indexed]
     every_true = all(s == "true" for s in settings)
     env_signal = "true" if every_true else "false" if "false" in settings else None
     from_env = "true" if every_true else "false" if "false" in settings else policy.default
@@ -246,7 +241,7 @@ def _decide(
     if not every_true and "true" in settings:
         # Name the containers that lack it: the fix is to set it there (or drop it elsewhere).
         lacking = [
-            f'"{_container_name(c)}"' for (c, _), s in zip(indexed, settings, strict=True) if s != "true"
+            f'"{_container_name(c.body)}"' for c, s in zip(indexed, settings, strict=True) if s != "true"
         ]
         warnings.append(
             f"{policy.env_name}=true is not set in gpu-mem container {', '.join(lacking)}; "

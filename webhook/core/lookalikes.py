@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core import resources, templates
+from webhook.core import podspec, resources, templates
 
 # SequenceMatcher ratio from which a name counts as a typo: nvidia.com/gpus 0.97, aliyun.com/gpu-memory
 # 0.92, aliyun/gpu-mem 0.88; real neighbours stay below (nvidia.com/gpu.shared 0.80).
@@ -39,28 +39,25 @@ def suggestion(name: str, names: resources.GpuResourceNames) -> str | None:
 def warnings(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> list[str]:
     """One warning per container and misspelt resource name, naming the container and the likely name."""
     out: list[str] = []
-    for key in ("containers", "initContainers"):
-        items = spec.get(key)
-        for container in items if isinstance(items, list) else ():
-            if not isinstance(container, templates.OBJECT):
-                continue
-            res = container.get("resources")
-            if not isinstance(res, templates.OBJECT):
-                continue
-            raw_name = container.get("name")
-            who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
-            seen: set[str] = set()
-            for section in ("limits", "requests"):
-                values = res.get(section)
-                for name in values if isinstance(values, templates.OBJECT) else ():
-                    # Most names (cpu, memory, the GPU names themselves) end here, before the cache's hashing.
-                    if not isinstance(name, str) or "/" not in name or name in seen or names.is_gpu(name):
-                        continue
-                    seen.add(name)
-                    meant = suggestion(name, names)
-                    if meant is not None:
-                        shown = templates.printable(name, _RESOURCE_LIMIT)
-                        out.append(
-                            f'container "{who}": {section}[{shown}] is no GPU resource; did you mean {meant}?'
-                        )
+    for entry in podspec.objects(spec):
+        container = entry.body
+        res = container.get("resources")
+        if not isinstance(res, templates.OBJECT):
+            continue
+        raw_name = container.get("name")
+        who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
+        seen: set[str] = set()
+        for section in ("limits", "requests"):
+            values = res.get(section)
+            for name in values if isinstance(values, templates.OBJECT) else ():
+                # Most names (cpu, memory, the GPU names themselves) end here, before the cache's hashing.
+                if not isinstance(name, str) or "/" not in name or name in seen or names.is_gpu(name):
+                    continue
+                seen.add(name)
+                meant = suggestion(name, names)
+                if meant is not None:
+                    shown = templates.printable(name, _RESOURCE_LIMIT)
+                    out.append(
+                        f'container "{who}": {section}[{shown}] is no GPU resource; did you mean {meant}?'
+                    )
     return out

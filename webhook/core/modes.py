@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 
-from webhook.core import resources
+from webhook.core import allocator, resources
 from webhook.core.allocator import Policy
 
 MODE_LABEL = resources.ACK_SCHEDULE_LABEL
@@ -72,3 +72,27 @@ def node_placement(labels: Mapping[str, object] | None) -> Policy | None:
         return Policy(raw) if isinstance(raw, str) else None
     except ValueError:
         return None
+
+
+def sharing_problem(labels: Mapping[str, object] | None, memory: str = resources.GPU_MEMORY) -> str | None:
+    """Why a pod asking `memory` may not go to a node with these labels; None when the node shares.
+
+    Names the label and its value, never the node: kube-scheduler counts nodes per distinct reason."""
+    try:
+        mode = node_mode(labels)
+    except ModeError as err:
+        return str(err)
+    if mode.shares:
+        return None
+    return (
+        f"node label {MODE_LABEL}={mode.value}: the node serves whole GPUs only (nvidia.com/gpu), not "
+        f"{memory}; shares go to nodes labelled share, cgpu or mps"
+    )
+
+
+def placement_policy(
+    pod_annotations: Mapping[str, str] | None, node_labels: Mapping[str, object] | None, default: Policy
+) -> Policy:
+    """The placement order: the pod's `gpushare.aliyun.com/placement-policy` annotation, else the node's
+    `ack.node.gpu.placement` label, else `default` (the extender's --policy, binpack unless set)."""
+    return allocator.policy_of(pod_annotations, node_placement(node_labels) or default)

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import demand, gpumem, quantity, resources, templates
+from webhook.core import demand, gpumem, podspec, quantity, resources, templates
 
 _VALUE_LIMIT = 60
 _NAME_LIMIT = 63
@@ -180,7 +180,7 @@ def _check_container(
 
 def _check_gpu_count(
     metadata: Mapping[str, Any],
-    containers: object,
+    containers: list[podspec.Container | podspec.WrongShape],
     prefix: str,
     names: resources.GpuResourceNames,
     unit: str,
@@ -200,10 +200,12 @@ def _check_gpu_count(
     except demand.DemandError as err:
         fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
         return [Violation(path, None, show(raw), templates.printable(str(err), 200), fix)]
-    if not isinstance(containers, list) or not all(isinstance(c, templates.OBJECT) for c in containers):
-        return []
+    app = [c for c in containers if c.key == "containers"]
+    bodies = [c.body for c in app if isinstance(c, podspec.Container)]
+    if len(bodies) != len(app):
+        return []  # a misshapen container list, reported as such: no total to split
     try:
-        total = sum(demand.container_units(c, names.memory, unit) for c in containers)
+        total = sum(demand.container_units(b, names.memory, unit) for b in bodies)
     except ValueError:
         return []  # a bad gpu-mem value (DemandError or too large), already reported at its container
     try:
@@ -228,19 +230,11 @@ def check_pod_spec(
     containers cannot have resources), each by resource name; then the pod-level gpu-count label.
     """
     out: list[Violation] = []
-    for key in ("containers", "initContainers"):
-        items = spec.get(key)
-        list_path = templates.join(prefix, f"spec.{key}")
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            out.append(wrong_type(list_path, None, items, "a list of containers"))
-            continue
-        for i, container in enumerate(items):
-            path = f"{list_path}[{i}]"
-            if not isinstance(container, templates.OBJECT):
-                out.append(wrong_type(path, None, container, "an object (a container)"))
-                continue
-            out += _check_container(container, path, names, unit)
-    out += _check_gpu_count(metadata, spec.get("containers"), prefix, names, unit)
+    items = podspec.containers(spec, prefix)
+    for item in items:
+        if isinstance(item, podspec.WrongShape):
+            out.append(wrong_type(item.path, None, item.value, item.expected))
+        else:
+            out += _check_container(item.body, item.path, names, unit)
+    out += _check_gpu_count(metadata, items, prefix, names, unit)
     return out
