@@ -2,8 +2,9 @@
 
 Run: .venv/bin/python bench/extender_invariant.py [--binds 10000] [--seed 1] [--latency 0.3]
 Against a real API server instead of the stand-in: add --kubeconfig FILE, or --server URL [--token T]
-[--ca-file F]; the run creates nodes `gpushare-inv-*` and pods in namespace `gpushare-invariant`, and
-deletes them afterwards.
+[--ca-file F], or --devcluster (starts etcd and kube-apiserver from `scripts/kube-bins` in a temporary
+folder, as the end-to-end tests do); the run creates cordoned nodes `gpushare-inv-*` and pods in
+namespace `gpushare-invariant`, and deletes them afterwards.
 
 Randomized concurrent binds (duplicates of one pod to the same and to other nodes, older UIDs), deletes
 and re-creations under the same names, extender restarts, cut watches and compaction (stand-in only), and
@@ -14,7 +15,9 @@ stored pods (tests/extender/storm.py). Exit status 1 when any violation was seen
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.extender import chaos, storm
+from webhook.devcluster import binaries
+from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
@@ -43,7 +48,25 @@ def main() -> int:
     parser.add_argument("--server", default="", help="a real API server URL")
     parser.add_argument("--token", default="")
     parser.add_argument("--ca-file", default="")
+    parser.add_argument(
+        "--devcluster", action="store_true", help="start a real etcd + kube-apiserver (scripts/kube-bins)"
+    )
     args = parser.parse_args()
+    if args.devcluster and (args.kubeconfig or args.server):
+        parser.error("--devcluster starts its own API server: leave out --kubeconfig and --server")
+    with contextlib.ExitStack() as stack:
+        if args.devcluster:
+            bins = binaries.locate()
+            if bins is None:
+                parser.error("--devcluster needs the binaries: run `bash scripts/kube-bins` (needs Go)")
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpushare-soak-")))
+            plane = ControlPlane(bins, folder).start()
+            stack.callback(plane.stop)
+            args.kubeconfig = str(plane.admin_kubeconfig)
+        return soak(args)
+
+
+def soak(args: argparse.Namespace) -> int:
 
     workload = storm.Workload(
         binds=args.binds,

@@ -17,6 +17,7 @@ DOCS = {
     "device-plugin": "docs/device-plugin.md",
     "check": "docs/cli.md",
     "inspect": "docs/cli.md",
+    "demo": "docs/cli.md",
     "ensure-certs": "docs/install.md",
 }
 

@@ -9,6 +9,8 @@ import pytest
 from webhook.admission import settings
 from webhook.core import resources, verdict
 
+MEM = "aliyun.com/gpu-mem"
+
 FULL = """
 host: 127.0.0.1
 port: 9443
@@ -116,12 +118,23 @@ def test_quoted_and_unquoted_isolation_default_agree(tmp_path):
         ("excludedNamespaces: [1]\n", r"excludedNamespaces\[0\]"),
         ("schedulerName: {}\n", "schedulerName must be a non-empty string"),
         ("serviceDns: a.svc\n", "serviceDns must be a list"),
+        ("memoryUnit: GB\n", "memoryUnit: memory unit 'GB' is not GiB, MiB"),
+        ("memoryUnit: 3\n", "memoryUnit must be a non-empty string"),
     ],
     ids=lambda v: v.strip().replace("\n", " ")[:40] if isinstance(v, str) else str(v),
 )
 def test_bad_config_is_a_clear_config_error(tmp_path, text, message):
     with pytest.raises(settings.ConfigError, match=message):
         settings.build(settings.load_config(write(tmp_path, text)))
+
+
+def test_the_memory_unit_of_the_config_file_is_the_one_every_denial_names(tmp_path):
+    policy = settings.build(settings.load_config(write(tmp_path, "memoryUnit: MiB\n"))).policy
+    assert policy.memory_unit == "MiB"
+    pod = {"kind": "Pod", "spec": {"containers": [{"name": "c", "resources": {"limits": {MEM: "3Gi"}}}]}}
+    message = verdict.evaluate(pod, policy).message()
+    assert message.endswith("fix: write 3072; the unit is MiB") and "GiB" not in message.replace("3Gi", "")
+    assert settings.build().policy.memory_unit == "GiB"
 
 
 def test_an_unreadable_config_file_is_a_config_error(tmp_path):

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "gpushare"
+from webhook.devcluster.helm import CHART, ROOT
+from webhook.devcluster.helm import binary as helm_binary
+
+__all__ = ["CHART", "ROOT", "helm_binary"]
 RELEASE = "gs"
 NAMESPACE = "gpu-system"
-
-
-def helm_binary() -> str | None:
-    local = ROOT / ".tools" / "bin" / "helm"
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("helm")
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

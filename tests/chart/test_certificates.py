@@ -51,7 +51,8 @@ def test_provided_certificates_end_up_in_the_secret_and_every_ca_bundle() -> Non
                 "tlsCrt": serving.cert_pem.decode(),
                 "tlsKey": serving.key_pem.decode(),
             },
-        }
+        },
+        "extender": {"enabled": False},
     }
     objects = render.render(values)
     secret = render.find(objects, "Secret", "-webhook-tls")

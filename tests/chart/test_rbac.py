@@ -40,6 +40,7 @@ CALLS: dict[str, set[Grant]] = {
     "patch_pod_annotations": {("", "pods", "patch"), ("", "pods", "get")},
     "patch_node_status": {("", "nodes/status", "patch")},
     "patch_node_annotations": {("", "nodes", "patch")},
+    "patch_node_labels": {("", "nodes", "patch")},
     "patch_node": {("", "nodes", "patch")},
     "create_event": {("", "events", "create")},
     "create_namespaced_event": {("", "events", "create")},
@@ -120,6 +121,7 @@ def test_certgen_may_touch_only_its_secret_and_configurations(objects: list[dict
              if o["metadata"]["labels"]["app.kubernetes.io/component"] == "certgen"]  # fmt: skip
     named = {
         f"{render.RELEASE}-gpushare-webhook-tls",
+        f"{render.RELEASE}-gpushare-extender-tls",
         f"{render.RELEASE}-gpushare-mutating",
         f"{render.RELEASE}-gpushare-validating",
     }

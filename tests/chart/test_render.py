@@ -25,7 +25,15 @@ MODES: dict[str, dict[str, Any]] = {
         }
     },
     "provided-certs": {
-        "certificates": {"mode": "provided", "provided": {"caCrt": PEM, "tlsCrt": PEM, "tlsKey": PEM}}
+        "certificates": {
+            "mode": "provided",
+            "provided": {
+                "caCrt": PEM,
+                "tlsCrt": PEM,
+                "tlsKey": PEM,
+                "extender": {"tlsCrt": PEM, "tlsKey": PEM, "clientCrt": PEM, "clientKey": PEM},
+            },
+        }
     },
     "second-scheduler": {"scheduler": {"mode": "second", "replicas": 2}},
     "extra-crds-no-workloads": {

@@ -101,7 +101,7 @@ def test_webhook_rules_cover_pods_and_every_workload_kind(objects: list[dict[str
 
 
 def test_probes_use_the_servers_probe_paths(objects: list[dict[str, Any]]) -> None:
-    for suffix, scheme in (("-webhook", "HTTPS"), ("-extender", "HTTP")):
+    for suffix, scheme in (("-webhook", "HTTPS"), ("-extender", "HTTPS")):
         container = _container(objects, "Deployment", suffix)
         assert container["livenessProbe"]["httpGet"]["path"] == probes.HEALTHZ
         assert container["readinessProbe"]["httpGet"]["path"] == probes.READYZ
@@ -141,11 +141,14 @@ def test_scheduler_configurations_call_the_extenders_routes(objects: list[dict[s
     assert snippet["extenders"] == second["extenders"]
     (extender,) = second["extenders"]
     host = (
-        f"http://{service['metadata']['name']}.{render.NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+        f"https://{service['metadata']['name']}.{render.NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
     )
     assert extender["urlPrefix"] == host + ext_settings.URL_PREFIX
     assert extender["nodeCacheCapable"] is True
-    assert extender["managedResources"] == [{"name": resources.GPU_MEMORY, "ignoredByScheduler": False}]
+    assert extender["managedResources"] == [
+        {"name": resources.GPU_MEMORY, "ignoredByScheduler": False},
+        {"name": resources.NVIDIA_GPU, "ignoredByScheduler": False},  # whole cards beside shares
+    ]
     app_module = importlib.import_module("webhook.extender.app")
     source = Path(app_module.__file__ or "").read_text()
     for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
@@ -155,7 +158,7 @@ def test_scheduler_configurations_call_the_extenders_routes(objects: list[dict[s
 def test_device_plugin_daemonset_meets_the_kubelet_contract(objects: list[dict[str, Any]]) -> None:
     ds = render.find(objects, "DaemonSet", "-device-plugin")
     spec = ds["spec"]["template"]["spec"]
-    assert spec["nodeSelector"] == {"gpushare": "true"}
+    assert "nodeSelector" not in spec  # the mode affinity chooses the nodes (test_deviceplugin_modes.py)
     (volume,) = [v for v in spec["volumes"] if "hostPath" in v]
     assert volume["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
     container = spec["containers"][0]
@@ -192,19 +195,19 @@ def test_extender_advertises_its_pod_ip_and_container_port_for_forwarded_binds(
     assert expanded != container["args"][1:]
     monkeypatch.delenv("POD_IP", raising=False)
     settings = serve_extender.settings_from(serve_extender.build_parser().parse_args(expanded))
-    assert settings.advertise_url == f"http://10.244.1.7:{port['containerPort']}"
+    assert settings.advertise_url == f"https://10.244.1.7:{port['containerPort']}"
     assert settings.port == port["containerPort"]
-    assert settings.tls_cert is None  # the chart serves the extender over plain HTTP, hence http://
+    assert settings.tls_cert is not None  # the chart serves the extender over HTTPS, hence https://
     v6 = [a.replace("$(POD_IP)", "fd00:10:244::7") for a in container["args"][1:]]
     v6_settings = serve_extender.settings_from(serve_extender.build_parser().parse_args(v6))
-    assert v6_settings.advertise_url == f"http://[fd00:10:244::7]:{port['containerPort']}"
+    assert v6_settings.advertise_url == f"https://[fd00:10:244::7]:{port['containerPort']}"
     assert ext_settings.advertise_url(settings.advertise_url) == settings.advertise_url
 
 
 def test_extender_on_another_port_advertises_that_port() -> None:
     container = _container(render.render({"extender": {"port": 40123}}), "Deployment", "-extender")
     assert container["ports"][0]["containerPort"] == 40123
-    assert "--advertise-url=http://$(POD_IP):40123" in container["args"]
+    assert "--advertise-url=https://$(POD_IP):40123" in container["args"]
 
 
 @pytest.mark.parametrize(
@@ -228,3 +231,6 @@ def test_extender_and_device_plugin_count_gpu_memory_in_the_same_unit(
     )
     assert extender.memory_unit == unit
     assert devices.Granularity.parse(plugin.memory_unit, plugin.mib_per_device).label == unit
+    # The webhook words its messages in that unit too (issue 12: "the configured unit everywhere").
+    webhook_config = yaml.safe_load(render.find(objects, "ConfigMap", "-webhook")["data"]["config.yaml"])
+    assert admission_settings.policy_from_config(webhook_config).memory_unit == unit

@@ -69,13 +69,39 @@ def test_the_memory_unit_flag_sets_the_unit():
 @pytest.mark.parametrize(
     ("obj", "fragment"),
     [
-        ({**pod(), "spec": {"containers": 3}}, "spec.containers: has the wrong type: expected a list"),
+        (
+            {**pod(), "spec": {"containers": 3}},
+            'spec.containers: "3": has the wrong type: expected a list of',
+        ),
         ({**pod(), "spec": {"containers": ["x"]}}, 'spec.containers[0]: "x": has the wrong type'),
         (pod({"name": "c", "resources": {"limits": [MEM]}}), 'limits (container "c"): has the wrong type'),
         ({**pod(), "spec": 7}, "spec: has the wrong type"),
         ({**pod(), "metadata": {"name": "x", "labels": ["a"]}}, "metadata.labels: has the wrong type"),
+        (
+            {**pod(ctr({MEM: 4})), "metadata": {"name": "x", "annotations": ["a"]}},
+            "metadata.annotations: has",
+        ),
+        ({**pod(), "spec": {"containers": True}}, 'spec.containers: "true": has the wrong type: expected a'),
+        (
+            {**pod(), "spec": {"containers": [ctr({MEM: 4})], "initContainers": 3}},
+            'spec.initContainers: "3": has the wrong type: expected a list of containers, got a number',
+        ),
+        (
+            {**pod(), "spec": {"containers": [ctr({MEM: 4})], "initContainers": True}},
+            'spec.initContainers: "true": has the wrong type: expected a list of containers, got a boolean',
+        ),
     ],
-    ids=["containers-number", "container-string", "limits-list", "spec-number", "labels-list"],
+    ids=[
+        "containers-number",
+        "container-string",
+        "limits-list",
+        "spec-number",
+        "labels-list",
+        "annotations-list",
+        "containers-true",
+        "init-number-beside-gpu-mem",
+        "init-true-beside-gpu-mem",
+    ],
 )
 def test_wrong_typed_fields_are_violations_naming_the_field_not_internal_errors(obj, fragment):
     code, out = check_objects(obj)
@@ -84,12 +110,57 @@ def test_wrong_typed_fields_are_violations_naming_the_field_not_internal_errors(
     assert any(fragment in m for m in messages(out)), messages(out)
 
 
+def check_text(text: bytes) -> tuple[int, dict[str, Any], str]:
+    settings = check.CheckSettings(paths=("-",), output="json", policy=verdict.Policy())
+    out, err = io.StringIO(), io.StringIO()
+    code = check.run(settings, stdin=io.BytesIO(text), out=out, err=err)
+    return code, json.loads(out.getvalue()), err.getvalue()
+
+
+HUGE = "9" * 5000  # past Python's 4,300-digit limit on int(): read as the webhook reads it (infinity)
+
+
+@pytest.mark.parametrize(
+    ("text", "code"),
+    [
+        (json.dumps(pod(ctr({MEM: "4"}))).replace('"4"', HUGE), report.VIOLATIONS),
+        (json.dumps(pod(ctr({MEM: "4"}))).replace('"ds"', f'"ds", "x": {HUGE}'), report.CLEAN),
+        (yaml.safe_dump(pod(ctr({MEM: "4"}))).replace("'4'", HUGE), report.VIOLATIONS),
+        (yaml.safe_dump(pod(ctr({MEM: "4"}))).replace("ds", f"ds\n  x: -{HUGE}"), report.CLEAN),
+    ],
+    ids=["json-gpu-field", "json-elsewhere", "yaml-gpu-field", "yaml-elsewhere"],
+)
+def test_integers_past_4300_digits_are_read_not_an_internal_error(text, code):
+    found, out, err = check_text(text.encode())
+    assert (found, out["errors"], err) == (code, [], "")
+    if code == report.VIOLATIONS:
+        (message,) = messages(out)
+        assert message.startswith(f'spec.containers[0].resources.limits[{MEM}] (container "train"): "inf": ')
+
+
+def test_a_lone_surrogate_or_control_character_in_a_name_is_shown_escaped():
+    text = json.dumps(pod(ctr({MEM: 0.5}))).replace('"nb"', '"\\ud800\\u001b[2J"').encode()
+    settings = check.CheckSettings(paths=("-",), output="text", policy=verdict.Policy())
+    out = io.StringIO()
+    assert check.run(settings, stdin=io.BytesIO(text), out=out, err=io.StringIO()) == report.VIOLATIONS
+    assert "Pod ds/\\ud800\\x1b[2J: denied" in out.getvalue()
+    out.getvalue().encode("utf-8")  # writable to any UTF-8 stream
+
+
 def test_the_extender_says_what_check_says():
     # The extender reads a pod through core.demand; check through core.rules: one text for one mistake.
     for bad in (
         pod(ctr({MEM: "3Gi"})),
         pod(ctr({MEM: "1.5"})),
         pod(ctr({MEM: 4, "nvidia.com/gpu": 1})),
+        pod(ctr({MEM: 4, "aliyun.com/gpu-count": 2})),
+        pod(ctr({MEM: float("inf")})),
+        pod(ctr({MEM: 4}), labels={"aliyun.com/gpu-count": "two"}),
+        pod(ctr({MEM: 5}), labels={"aliyun.com/gpu-count": "2"}),
+        pod(ctr({MEM: 4}), labels=3),
+        {**pod(), "spec": {"containers": [ctr({MEM: 4})], "initContainers": 3}},
+        {**pod(), "spec": {"containers": True}},
+        {**pod(), "spec": {"containers": [ctr({MEM: 4}), "x"]}},
     ):
         _, out = check_objects(bad)
         with pytest.raises(demand.DemandError) as err:

@@ -10,8 +10,7 @@ import pytest
 from webhook.admission import settings as admission_settings
 from webhook.cli import helpformat, main, serve_webhook
 
-# The device plugin's flags belong to its own change; every other command is held to the rule.
-COMMANDS = sorted(set(main.COMMANDS) - {"device-plugin"})
+COMMANDS = sorted(main.COMMANDS)
 
 
 def expanded_help(parser: argparse.ArgumentParser, action: argparse.Action) -> str:

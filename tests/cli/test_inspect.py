@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from webhook.cli import inspect, inspect_table
-from webhook.core import accounting, resources
+from webhook.core import accounting, modes, resources
 from webhook.core import annotations as ann
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as extender_app
@@ -143,9 +143,14 @@ def test_text_summary_has_the_gpushare_inspect_columns_and_cluster_total(
         "PENDING(Allocated)",
         "GPU",
         "Memory(GiB)",
+        "MODE",
+        "MODEL",
     ]
-    assert lines[1].split() == ["n1", "10.0.0.1", "4/16", "6/16", "10/32"]
-    assert lines[2].split() == ["n2", "-", "13/16", "0/24", "(unhealthy)", "40/80", "20", "53/120"]
+    # Unlabelled nodes are the original gpushare nodes: mode share. n2 has GPUs of three models.
+    assert lines[1].split() == ["n1", "10.0.0.1", "4/16", "6/16", "10/32", "share", "-"]
+    assert lines[2].split() == [
+        "n2", "-", "13/16", "0/24", "(unhealthy)", "40/80", "20", "53/120", "share", "mixed"
+    ]  # fmt: skip
     assert "Allocated/Total GPU Memory In Cluster (GiB):" in lines
     assert "63/152 (41%)" in lines
     assert "warning: n2: pod default/rogue: asks for GPU memory but was not placed by the extender" in lines
@@ -264,7 +269,12 @@ def extender_answer(server: ApiServer) -> bytes:
         views.append(
             extender_app.inspect_json(
                 extender_cache.NodeView(
-                    ledger.node, ledger.unit, ledger.gpus(), ledger.shares(), ledger.problems()
+                    ledger.node,
+                    ledger.unit,
+                    ledger.gpus(),
+                    ledger.shares(),
+                    ledger.problems(),
+                    modes.node_mode(node["metadata"].get("labels")).value,
                 )
             )
         )
@@ -320,3 +330,25 @@ def test_empty_cluster_prints_zero_percent() -> None:
     text = inspect_table.render_text(inspect_table.ClusterUse("GiB", ()))
     out.write(text)
     assert out.getvalue().splitlines()[-1] == "0/0 (0%)"
+
+
+def test_mode_and_model_columns_follow_the_node_labels_and_gpus(
+    apiserver: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one_model = ann.NodeDevices("GiB", (ann.GpuDevice(0, "GPU-t4", 15, model="Tesla T4"),))
+    notes = {resources.NODE_DEVICES_ANNOTATION: one_model.to_json()}
+    apiserver.add_node("whole", gpus=1, gpu_mem=15, labels={modes.MODE_LABEL: "default"}, annotations=notes)
+    apiserver.add_node("typo", gpus=1, gpu_mem=15, labels={modes.MODE_LABEL: "shared"}, annotations=notes)
+    code, out, _ = run(capsys, "--server", apiserver.url, "-o", "json")
+    assert code == 0
+    typo, whole = json.loads(out)["nodes"]
+    # The model as the aliyun.accelerator/nvidia_name label spells it: what a nodeSelector names.
+    assert (whole["mode"], whole["model"]) == ("default", "Tesla-T4")
+    assert typo["mode"] == "invalid"
+    assert typo["problems"] == [
+        "node label ack.node.gpu.schedule='shared' is not a known mode; use one of default, topology, "
+        "share, cgpu, mps"
+    ]
+    _, out, _ = run(capsys, "--server", apiserver.url, "-d", "whole")
+    assert "MODE:       default" in out.splitlines()
+    assert "MODEL:      Tesla-T4" in out.splitlines()

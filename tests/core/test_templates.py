@@ -161,11 +161,6 @@ MALFORMED = [
         ("spec", "an object", "a string"),
     ),
     (
-        "pod containers is an object",
-        {"kind": "Pod", "spec": {"containers": {}}},
-        ("spec.containers", "a list", "an object"),
-    ),
-    (
         "deployment template is a list",
         {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"template": []}},
         ("spec.template", "an object", "a list"),
@@ -193,6 +188,13 @@ def test_wrong_types_on_a_known_template_path_are_reported(obj, expected):
 def test_known_kind_template_with_non_object_containers_is_still_found():
     # At a known path the rules report the bad container instead of skipping the template.
     assert paths({"kind": "Pod", "spec": {"containers": ["x"]}}) == [""]
+
+
+@pytest.mark.parametrize("containers", [{}, 3, True, "x"], ids=["object", "number", "true", "string"])
+def test_known_kind_template_whose_containers_is_no_list_is_found_for_the_rules_to_name(containers):
+    # Not a scan finding: the rules name it through podspec, in the words the extender uses too.
+    found = templates.scan({"kind": "Deployment", "spec": {"template": {"spec": {"containers": containers}}}})
+    assert ([t.path for t in found.templates], found.malformed) == (["spec.template"], ())
 
 
 def test_known_kind_of_another_api_group_is_searched_by_structure_only():

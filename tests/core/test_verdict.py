@@ -28,6 +28,7 @@ BAD = {
         "spec.containers[0].resources.limits[nvidia.com/gpu]",
         "spec.containers[1].resources.limits[aliyun.com/gpu-mem]",
         "spec.initContainers[0].resources.requests[aliyun.com/gpu-mem]",
+        "spec.containers[0].resources.limits[nvidia.com/gpu]",  # whole cards beside shares in one pod
     ],
     "pod-multi-gpu-bad.yaml": ["metadata.labels[aliyun.com/gpu-count]"],
     "pod-isolation-bad.yaml": ["metadata.annotations[cgpu.disable.isolation]"],
@@ -80,7 +81,7 @@ def test_bad_manifests_are_denied_with_every_problem_in_order(name):
 def test_message_has_a_summary_then_one_line_per_violation():
     result = verdict.evaluate(load("pod-bad.yaml"), POLICY)
     lines = result.message().split("\n")
-    assert lines[0] == "Pod has 3 problems with GPU resources:"
+    assert lines[0] == "Pod has 4 problems with GPU resources:"
     assert lines[1:] == [str(v) for v in result.violations]
     assert lines[1].startswith(
         'spec.containers[0].resources.limits[nvidia.com/gpu] (container "train"): "0.5": '
@@ -124,13 +125,17 @@ def test_good_pod_gets_the_isolation_selector():
     assert ops == [{"op": "add", "path": "/spec/nodeSelector", "value": {"cgpu.disable.isolation": "false"}}]
 
 
-def test_scheduler_name_mode_only_touches_gpu_memory_pods():
+def test_scheduler_name_mode_only_touches_gpu_memory_and_whole_card_pods():
     policy = verdict.Policy(scheduler_name="gpushare-scheduler")
     assert verdict.evaluate(load("pod-good.yaml"), policy).templates[0].scheduler_name == "gpushare-scheduler"
     whole = load("pod-good.yaml")
     whole["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": 1}
-    assert verdict.evaluate(whole, policy).templates[0].scheduler_name is None
-    assert verdict.mutation_patch(whole, verdict.evaluate(whole, policy), policy) == []
+    # On shared nodes only the extender keeps whole cards off GPUs holding shares.
+    assert verdict.evaluate(whole, policy).templates[0].scheduler_name == "gpushare-scheduler"
+    other = load("pod-good.yaml")
+    other["spec"]["containers"][0]["resources"]["limits"] = {"amd.com/gpu": 1}
+    assert verdict.evaluate(other, policy).templates[0].scheduler_name is None
+    assert verdict.mutation_patch(other, verdict.evaluate(other, policy), policy) == []
 
 
 def test_another_scheduler_is_kept_with_a_warning():

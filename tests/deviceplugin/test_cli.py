@@ -14,6 +14,7 @@ from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port
 from webhook.cli import serve_device_plugin
+from webhook.core import resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
 
@@ -33,8 +34,18 @@ def test_flags_and_node_name_become_settings():
         (["--mib-per-device", "64"], {"NODE_NAME": "n"}, "applies to --memory-unit MiB only"),
         (["--fake-gpus", "0:1", "--inventory-file", "x.yaml"], {"NODE_NAME": "n"}, "exclusive"),
         (["--endpoint", "a/b.sock"], {"NODE_NAME": "n"}, "socket file name"),
+        (
+            ["--mps-pipe-dir", "nvidia-mps"],
+            {"NODE_NAME": "n"},
+            "--mps-pipe-dir 'nvidia-mps' must be an absolute",
+        ),
+        (
+            ["--mps-log-dir", "/a:/b"],
+            {"NODE_NAME": "n"},
+            "--mps-log-dir '/a:/b' must be an absolute host path",
+        ),
     ],
-    ids=["no-node-name", "block-with-gib", "two-inventories", "bad-endpoint"],
+    ids=["no-node-name", "block-with-gib", "two-inventories", "bad-endpoint", "relative-pipe", "colon-log"],
 )
 def test_bad_settings_exit_2_with_the_reason(monkeypatch, capsys, argv, env, needle):
     monkeypatch.delenv("NODE_NAME", raising=False)
@@ -51,6 +62,22 @@ def test_unusable_inventory_exits_1(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(logging.root, "level", logging.root.level)
     assert serve_device_plugin.main(["--fake-gpus", "0:zero", "--device-plugin-dir", str(tmp_path)]) == 1
     assert "--fake-gpus" in capsys.readouterr().err
+
+
+def test_a_fake_gpu_with_a_wrong_compute_capability_exits_1_naming_it(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("NODE_NAME", "n")
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    argv = [
+        "--fake-gpus",
+        "0:16:Tesla V100:seven",
+        "--device-plugin-dir",
+        str(tmp_path),
+        "--api-host",
+        "http://127.0.0.1:9",
+    ]
+    assert serve_device_plugin.main(argv) == 1
+    assert "compute capability 'seven' is not <major>.<minor>, e.g. 7.0" in capsys.readouterr().err
 
 
 def test_unreachable_api_exits_1_as_documented(monkeypatch, capsys, tmp_path):
@@ -85,7 +112,7 @@ def test_second_instance_exits_1_naming_the_first(apiserver, tmp_path):
 def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apiserver, tmp_path):
     apiserver.add_node("n1")
     plugin_dir = short_dir(tmp_path)
-    kubelet = Kubelet(plugin_dir).start()
+    kubelet = Kubelet(plugin_dir, also=(resources.NVIDIA_GPU,)).start()  # ready once both registered
     port = free_port()
     argv = [
         sys.executable,

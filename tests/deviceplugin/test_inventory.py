@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 
 from webhook.deviceplugin import inventory
@@ -63,3 +66,45 @@ def test_bad_inventory_files_say_what_is_wrong(tmp_path, text, needle):
 def test_missing_inventory_file(tmp_path):
     with pytest.raises(inventory.InventoryError, match="No such file"):
         inventory.load_inventory_file(tmp_path / "none.yaml")
+
+
+def test_fake_gpus_may_declare_model_and_compute_capability():
+    gpus = inventory.parse_fake_gpus("0:16:Tesla V100-SXM2-16GB:7.0,1:16:Tesla T4").gpus()
+    assert [(g.model, g.compute_capability) for g in gpus] == [
+        ("Tesla V100-SXM2-16GB", "7.0"),
+        ("Tesla T4", ""),
+    ]
+    assert inventory.parse_fake_gpus("0:16").gpus()[0].model == "fake"
+
+
+def test_inventory_file_declares_compute_capability_and_refuses_a_wrong_one(tmp_path):
+    path = tmp_path / "gpus.yaml"
+    path.write_text('gpus:\n- {index: 0, memory: 16GiB, model: V100, compute_capability: "7.0"}\n')
+    assert inventory.load_inventory_file(path).gpus()[0].compute_capability == "7.0"
+    path.write_text("gpus:\n- {index: 0, memory: 16GiB, compute_capability: volta}\n")
+    with pytest.raises(inventory.InventoryError, match=r"gpus\[0\]: compute capability 'volta' is not"):
+        inventory.load_inventory_file(path)
+
+
+def test_nvml_inventory_reads_the_compute_capability_and_leaves_it_unknown_on_old_drivers(monkeypatch):
+    def fake_nvml(capability: object) -> types.SimpleNamespace:
+        def get_capability(handle: int) -> object:
+            if isinstance(capability, Exception):
+                raise capability
+            return capability
+
+        return types.SimpleNamespace(
+            nvmlInit=lambda: None,
+            nvmlDeviceGetCount=lambda: 1,
+            nvmlDeviceGetHandleByIndex=lambda index: index,
+            nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(total=16 * 1024**3),
+            nvmlDeviceGetUUID=lambda handle: b"GPU-1234",
+            nvmlDeviceGetName=lambda handle: b"Tesla V100-SXM2-16GB",
+            nvmlDeviceGetCudaComputeCapability=get_capability,
+        )
+
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml((7, 0)))
+    (gpu,) = inventory.NvmlInventory().gpus()
+    assert (gpu.model, gpu.memory_mib, gpu.compute_capability) == ("Tesla V100-SXM2-16GB", 16384, "7.0")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(RuntimeError("NVML_ERROR_FUNCTION_NOT_FOUND")))
+    assert inventory.NvmlInventory().gpus()[0].compute_capability == ""

@@ -105,3 +105,14 @@ def test_socket_deleted_by_another_process_is_not_called_a_kubelet_restart(make_
         "the kubelet restarted (kubelet.sock was recreated)" in caplog.text
         or "the kubelet stopped" in caplog.text
     )
+
+
+def test_a_socket_path_too_long_for_unix_sockets_is_said_with_the_fix(make_plugin, tmp_path):
+    plugin = make_plugin("0:2")
+    deep = tmp_path / ("d" * 100)
+    server = registration.PluginServer(
+        plugin.service, registration.RegistrationSettings(deep, "gpushare.sock", resources.GPU_MEMORY)
+    )
+    with pytest.raises(OSError, match=r"holds at most 107\): use a shorter --device-plugin-dir"):
+        server.start()
+    server.stop()

@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e import objects
 from tests.e2e.bed import FULLNAME, Bed
-from webhook.core import resources
+from webhook.core import gpulabels, modes, resources
 from webhook.kube import client, errors, rest
 
 NS = "e2e-privilege"
@@ -65,7 +65,15 @@ def test_a_plugin_may_change_only_gpushare_keys(bed: Bed, nodes: tuple[str, str]
         "metadata": {"annotations": {resources.NODE_DEVICES_ANNOTATION: '{"unit":"GiB","devices":[]}'}}
     }
     plugin_a("PATCH", node, devices)
-    plugin_a("PATCH", node, {"metadata": {"labels": {resources.GPU_COUNT_LABEL: "1"}}})
+    # The GPU type labels, exactly those (core/gpulabels.py), and their removal.
+    plugin_a("PATCH", node, {"metadata": {"labels": {key: "x" for key in gpulabels.KEYS}}})
+    plugin_a("PATCH", node, {"metadata": {"labels": dict.fromkeys(gpulabels.KEYS)}})
+    message = _denied(
+        lambda: plugin_a("PATCH", node, {"metadata": {"labels": {resources.GPU_COUNT_LABEL: "7"}}})
+    )
+    assert f"may not change these labels: {resources.GPU_COUNT_LABEL}" in message
+    message = _denied(lambda: plugin_a("PATCH", node, {"metadata": {"labels": {modes.MODE_LABEL: "share"}}}))
+    assert f"may not change these labels: {modes.MODE_LABEL}" in message  # the mode is the admin's
     message = _denied(lambda: plugin_a("PATCH", node, {"metadata": {"labels": {"e2e-group": "elsewhere"}}}))
     assert "may not change these labels: e2e-group" in message
     message = _denied(lambda: plugin_a("PATCH", node, {"spec": {"unschedulable": True}}))

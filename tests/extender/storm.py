@@ -165,7 +165,8 @@ class _Run:
                 rest.request(self.api, "POST", where, body=body)
         self._cleanup()
         for name, sizes in zip(self.nodes, self.w.gpus, strict=True):
-            rest.request(self.api, "POST", rest.path("nodes"), body=factory.node(name, *sizes))
+            cordoned = {**factory.node(name, *sizes), "spec": {"unschedulable": True}}  # no real pods here
+            rest.request(self.api, "POST", rest.path("nodes"), body=cordoned)
 
     def _cleanup(self) -> None:
         for pod in pods.list_pods(self.api, self.w.namespace)[0]:

@@ -126,7 +126,9 @@ def test_pod_that_asks_for_no_gpu_memory_is_refused():
     _, api, binder = setup(node("n1", 8))
     api.add(pod("cpu"))
     error = binder.bind(args("cpu"))
-    assert error.startswith("pod default/cpu asks for no aliyun.com/gpu-mem: the gpushare extender binds")
+    assert error.startswith(
+        "pod default/cpu asks for no aliyun.com/gpu-mem and no nvidia.com/gpu: the gpushare extender binds"
+    )
     assert api.bound == []
 
 

@@ -242,8 +242,30 @@ def test_no_body_on_any_verb_gets_a_500_or_logs_a_traceback(post):
             b'"3Gi"}}}]}}, "NodeNames": ["n1"]}',
             "fix: write 3; the unit is GiB",
         ),
+        (
+            "filter",
+            HUGE_INT_POD,
+            'limits[aliyun.com/gpu-mem] (container "c"): "inf": is not a valid quantity',
+        ),
+        (
+            "filter",
+            b'{"Pod": {"spec": {"containers": [{"name": "c", "resources": {"limits": '
+            b'{"aliyun.com/gpu-mem": 2}}}], "initContainers": true}}, "NodeNames": ["n1"]}',
+            'spec.initContainers: "true": has the wrong type: expected a list of containers',
+        ),
+        (
+            "filter",
+            b'{"Pod": {"metadata": {"labels": 3}, "spec": {"containers": [{"name": "c", "resources": '
+            b'{"limits": {"aliyun.com/gpu-mem": 2}}}]}}, "NodeNames": ["n1"]}',
+            'metadata.labels: "3": has the wrong type',
+        ),
+        (
+            "bind",
+            b'{"PodName": "\\ud800", "PodNamespace": "default", "PodUID": "x", "Node": "n1"}',
+            "not found",
+        ),
         ("bind", b'{"PodName": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
-        ("prioritize", b'{"Pod": {}, "NodeNames": NaN}', "NaN is not a JSON value"),
+        ("prioritize", b'{"Pod": {}, "NodeNames": NaN}', "NaN is not valid JSON"),
     ],
     ids=[
         "deep-pod",
@@ -251,6 +273,10 @@ def test_no_body_on_any_verb_gets_a_500_or_logs_a_traceback(post):
         "containers-number",
         "annotations-list",
         "unit-suffix",
+        "huge-integer",
+        "init-containers-true",
+        "labels-number",
+        "lone-surrogate",
         "deep-bind",
         "nan",
     ],

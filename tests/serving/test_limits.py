@@ -117,6 +117,15 @@ def test_a_kept_alive_connection_gets_the_header_deadline_again_for_its_next_req
     assert waited < 2
 
 
+def test_a_kept_alive_connection_left_idle_is_closed_at_the_keep_alive_deadline():
+    with serve(keep_alive_s=1) as srv, connect(srv) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        data, waited = timed_read(sock)
+    assert data == b""
+    assert 0.5 < waited < 3
+
+
 def test_a_request_sent_in_time_is_answered_whatever_the_deadlines(plain):
     with httpx.Client(base_url=plain.url) as client:
         for _ in range(3):

@@ -56,6 +56,16 @@ def test_uvicorn_access_log_is_silenced():
     assert [json.loads(line)["msg"] for line in out.getvalue().splitlines()] == ["Started server process"]
 
 
+def test_urllib3_retry_warnings_are_not_logged_but_its_errors_are():
+    out = io.StringIO()
+    logs.configure("info", "text", stream=out)
+    pool = logging.getLogger("urllib3.connectionpool")
+    pool.warning("Retrying (Retry(total=2, connect=None, ...)) after connection broken by ...")
+    pool.error("a real urllib3 error")
+    assert "Retrying" not in out.getvalue()
+    assert "a real urllib3 error" in out.getvalue()
+
+
 @pytest.mark.parametrize(("level", "fmt"), [("loud", "json"), ("info", "xml")], ids=["level", "format"])
 def test_unknown_level_or_format_is_refused(level, fmt):
     with pytest.raises(ValueError, match="unknown log"):

@@ -44,7 +44,8 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
                 f'requested API version "{request.version}" is not supported by kubelet. '
                 'Supported version is ["v1beta1"]',
             )
-        if request.resource_name != k.resource_name:
+        target = k.kubelets().get(request.resource_name)
+        if target is None:
             context.abort(grpc.StatusCode.UNKNOWN, f'the ResourceName "{request.resource_name}" is invalid')
         channel = grpc.insecure_channel(
             f"unix://{k.plugin_dir / request.endpoint}",
@@ -58,7 +59,7 @@ class _Registration(api_pb2_grpc.RegistrationServicer):
         except (grpc.FutureTimeoutError, grpc.RpcError) as err:
             channel.close()
             context.abort(grpc.StatusCode.UNKNOWN, f"failed to dial device plugin: {err}")
-        k._connected(request, options, channel)
+        target._connected(request, options, channel)
         return api_pb2.Empty()
 
 
@@ -72,6 +73,8 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
         k = self.kubelet
         with k._lock:
             k.lists += 1
+            kubelets = list(k.kubelets().values())
+            active = {uid: pod for each in kubelets for uid, pod in each.active.items()}
             listed = [
                 pr_pb2.PodResources(
                     name=pod["metadata"]["name"],
@@ -80,8 +83,9 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
                         pr_pb2.ContainerResources(
                             name=c["name"],
                             devices=[
-                                pr_pb2.ContainerDevices(resource_name=k.resource_name, device_ids=ids)
-                                for ids in [k.assigned.get(uid, {}).get(c["name"], [])]
+                                pr_pb2.ContainerDevices(resource_name=each.resource_name, device_ids=ids)
+                                for each in kubelets
+                                for ids in [each.assigned.get(uid, {}).get(c["name"], [])]
                                 if ids
                             ],
                         )
@@ -92,14 +96,18 @@ class _PodResources(pr_grpc.PodResourcesListerServicer):
                         ]
                     ],
                 )
-                for uid, pod in k.active.items()
+                for uid, pod in active.items()
             ]
         return pr_pb2.ListPodResourcesResponse(pod_resources=listed)
 
 
 class Kubelet:
     def __init__(
-        self, plugin_dir: Path, resource_name: str = resources.GPU_MEMORY, pod_resources: Path | None = None
+        self,
+        plugin_dir: Path,
+        resource_name: str = resources.GPU_MEMORY,
+        pod_resources: Path | None = None,
+        also: tuple[str, ...] = (),
     ) -> None:
         self.plugin_dir = plugin_dir
         self.resource_name = resource_name
@@ -115,10 +123,23 @@ class Kubelet:
         self.messages = 0
         self.stream_errors: list[str] = []
         self.in_use: dict[str, set[str]] = {}  # pod uid -> device IDs (the "checkpoint")
+        self.responses: list[api_pb2.ContainerAllocateResponse] = []  # every admitted container's answer
         self._lock = threading.Condition()
         self._server: grpc.Server | None = None
         self._channel: grpc.Channel | None = None
         self._stub: api_pb2_grpc.DevicePluginStub | None = None
+        # More resources (`also`), one endpoint each as in the device manager: the same kubelet.sock,
+        # pod list and lock; `resource(name)` reads or admits for one of them.
+        self._others = {name: Kubelet(plugin_dir, name) for name in also}
+        for other in self._others.values():
+            other._lock = self._lock
+
+    def kubelets(self) -> dict[str, Kubelet]:
+        return {self.resource_name: self, **self._others}
+
+    def resource(self, name: str) -> Kubelet:
+        """The device-manager side of resource `name` (registrations, devices, admit)."""
+        return self.kubelets()[name]
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> Kubelet:
@@ -151,7 +172,8 @@ class Kubelet:
         if self._pr_server is not None:
             self._pr_server.stop(0).wait(5)
             self._pr_server = None
-        self._disconnect()
+        for each in self.kubelets().values():
+            each._disconnect()
 
     def restart(self) -> None:
         """What a kubelet restart looks like to a plugin: every socket file deleted, kubelet.sock anew."""
@@ -159,7 +181,8 @@ class Kubelet:
         for path in self.plugin_dir.glob("*.sock"):
             path.unlink(missing_ok=True)
         with self._lock:
-            self.devices = {}
+            for each in self.kubelets().values():
+                each.devices = {}
         self.start()
 
     def _disconnect(self) -> None:
@@ -273,6 +296,7 @@ class Kubelet:
                 with self._lock:
                     self.in_use.setdefault(uid, set()).update(ids)
                     self.assigned.setdefault(uid, {})[container["name"]] = list(ids)
+                    self.responses.append(response.container_responses[0])
                 envs.append(dict(response.container_responses[0].envs))
         except Exception:
             self.release(uid)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-_INT64_MIN, _UINT64_MAX = -(2**63), 2**64 - 1
+from webhook.core import jsonnumbers
 
 
 class DecodeError(ValueError):
@@ -35,23 +35,11 @@ def decode(body: bytes) -> Any:
 def _decode_wide_numbers(body: bytes) -> Any:
     """The stdlib reads what orjson refuses for range alone; the result is held to orjson's rules."""
     try:
-        value = json.loads(body, parse_int=_int, parse_constant=_no_constant)
+        value = json.loads(body, parse_int=jsonnumbers.read_int, parse_constant=jsonnumbers.refuse_constant)
         orjson.dumps(value)  # lone surrogates: the one thing the stdlib lets through and orjson does not
     except (ValueError, RecursionError, orjson.JSONEncodeError) as exc:
         raise DecodeError(_first_line(exc)) from None
     return value
-
-
-def _int(text: str) -> int | float:
-    if len(text) <= 20:
-        number = int(text)
-        if _INT64_MIN <= number <= _UINT64_MAX:
-            return number
-    return float(text)  # as orjson does past 64 bits; "inf" past the double range
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 def encode(value: Any) -> bytes:

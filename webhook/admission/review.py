@@ -18,11 +18,8 @@ API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 MAX_WARNING_CHARS = 120  # contracts §1.5: longer ones may be truncated by the API server
-# A denial lists at most this many problems and characters: a Pod with 40,000 bad containers must not
-# get a 9 MB answer that the API server stores in events and kubectl prints whole.
-MAX_LISTED_PROBLEMS = 20
+# At most this many warnings per answer (the denial message is capped in the core: verdict.Verdict.message).
 MAX_WARNINGS = 20
-MAX_MESSAGE_CHARS = 8192
 
 Endpoint = Literal["mutate", "validate"]
 # What happened, for logs and metrics: skipped = allowed without looking at the object.
@@ -154,7 +151,7 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
             "status": "Failure",
             "code": 403,
             "reason": "Forbidden",
-            "message": cap_message(found.message()),
+            "message": found.message(),
         }
         return Result(_envelope(response), req, "denied", len(found.violations))
     if endpoint == "mutate":
@@ -197,23 +194,6 @@ def clean_warnings(warnings: tuple[str, ...] | list[str]) -> list[str]:
     if len(lines) > MAX_WARNINGS:
         lines[MAX_WARNINGS - 1 :] = [f"... and {len(lines) - MAX_WARNINGS + 1} more warnings"]
     return lines
-
-
-def cap_message(message: str) -> str:
-    """The first line and the first MAX_LISTED_PROBLEMS problems of a denial, within MAX_MESSAGE_CHARS,
-    then a line saying how many more there are."""
-    lines = message.split("\n")
-    kept, size = lines[:1], len(lines[0])
-    for line in lines[1 : 1 + MAX_LISTED_PROBLEMS]:
-        if size + 1 + len(line) > MAX_MESSAGE_CHARS - 80:  # room for the closing line
-            break
-        kept.append(line)
-        size += 1 + len(line)
-    if len(kept) == len(lines):
-        return message
-    if len(kept) == 1 and len(kept[0]) > MAX_MESSAGE_CHARS - 80:
-        kept[0] = kept[0][: MAX_MESSAGE_CHARS - 83] + "..."
-    return "\n".join([*kept, f"... and {len(lines) - len(kept)} more (fix these and apply again)"])
 
 
 def error_body(message: str) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import yaml
 
-from webhook.core import resources, verdict
+from webhook.core import annotations as ann
+from webhook.core import gpumem, resources, verdict
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -69,7 +70,7 @@ SERVER_KEYS: dict[str, str] = {
     "logFormat": "log_format",
     "certReloadIntervalSeconds": "cert_reload_interval_s",
 }
-RULE_KEYS = ("resources", "isolation", "schedulerName", "excludedNamespaces")
+RULE_KEYS = ("resources", "isolation", "schedulerName", "excludedNamespaces", "memoryUnit")
 RESOURCE_KEYS = ("wholeDevice", "wholeDevicePrefixes", "memory", "count")
 ISOLATION_KEYS = ("labelKey", "annotationKey", "envName", "default")
 
@@ -122,7 +123,16 @@ def policy_from_config(data: Mapping[str, Any]) -> verdict.Policy:
     scheduler = data.get("schedulerName")
     if scheduler is not None:
         scheduler = _string(scheduler, "schedulerName")
-    return verdict.Policy(names=names, isolation=isolation, scheduler_name=scheduler)
+    # The unit the extender and device plugin count gpu-mem in (the chart's gpuMemory.unit): every
+    # message names it and suggests values in it.
+    unit = gpumem.DEFAULT_UNIT
+    if data.get("memoryUnit") is not None:
+        unit = _string(data["memoryUnit"], "memoryUnit")
+        try:
+            ann.memory_unit(unit)
+        except ValueError as exc:
+            raise ConfigError(f"memoryUnit: {exc}") from None
+    return verdict.Policy(names=names, isolation=isolation, scheduler_name=scheduler, memory_unit=unit)
 
 
 def excluded_from_config(data: Mapping[str, Any]) -> frozenset[str]:

@@ -17,12 +17,14 @@ from typing import Any, BinaryIO, TextIO
 from webhook.admission import settings as admission_settings
 from webhook.cli import manifests, progress, report
 from webhook.core import annotations as ann
-from webhook.core import verdict
+from webhook.core import templates, verdict
 
 OUTPUTS = ("text", "json")
 # A terminal gets a progress line from this many objects on (Helm output of thousands of documents);
 # smaller inputs finish before a line would be worth drawing.
 PROGRESS_AFTER = 1000
+# metadata.name is a DNS subdomain name: at most 253 characters; longer text is clipped.
+_NAME_LIMIT = 253
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,4 +204,6 @@ def _metadata(obj: Any) -> dict[str, Any]:
 
 
 def _text(value: object) -> str:
-    return value if isinstance(value, str) else ""
+    # Escaped as in the core's messages: a lone surrogate ("\ud800" in JSON) cannot be written to a
+    # UTF-8 stream, and a control character would reach the terminal.
+    return templates.printable(value, _NAME_LIMIT) if isinstance(value, str) else ""

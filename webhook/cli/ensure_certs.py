@@ -4,7 +4,8 @@ Run in-cluster by the chart's hook Job (certificates.mode=selfManaged) before an
 upgrade: it keeps a valid Secret, replaces one that is missing, unreadable, for other DNS names or close
 to expiry (new CA + serving certificate from `webhook.core.certificates`), and patches the Secret's CA
 into every webhook of the named configurations. Races between Jobs or replicas (409) are re-read and
-retried.
+retried. With `--client-name` the Secret is the extender's (`mtls_secret`): serving and client pairs
+whose CA (and its key) is kept across renewals.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from webhook.cli import exitcodes, helpformat
+from webhook.cli import exitcodes, helpformat, mtls_secret
 from webhook.core import certificates
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
@@ -69,6 +70,7 @@ class EnsureSettings:
     valid_days: int = 365
     renew_before: timedelta = timedelta(days=30)
     attempts: int = 8
+    client_name: str = ""  # also keep a client pair with this common name, and the CA key (mtls_secret)
 
 
 @dataclass(slots=True)
@@ -113,9 +115,9 @@ def _ensure_secret(
     for _ in range(s.attempts):
         current = cluster.get_secret(s.namespace, s.secret)
         data = _secret_data(current)
-        if current is not None and secret_is_usable(data, s.service_dns, now(), s.renew_before):
+        if current is not None and _usable(s, data, now()):
             return data["ca.crt"], None
-        body, ca_pem = _new_secret(s, now())
+        body, ca_pem = _new_secret(s, now(), data)
         try:
             if current is None:
                 cluster.create_secret(s.namespace, body)
@@ -138,16 +140,34 @@ def _ensure_secret(
         # Keep the old CA in caBundle for a while: running pods serve the old certificate until the
         # kubelet refreshes their Secret volume (about a minute).
         old_ca = data.get("ca.crt")
-        return ca_pem, old_ca if old_ca and _still_valid(old_ca, now()) else None
+        kept = old_ca == ca_pem
+        return ca_pem, old_ca if old_ca and not kept and _still_valid(old_ca, now()) else None
     raise ClusterError(
         409, f"secret {s.namespace}/{s.secret} kept changing; gave up after {s.attempts} tries"
     )
 
 
-def _new_secret(s: EnsureSettings, now: datetime) -> tuple[Obj, bytes]:
-    ca = certificates.generate_ca(f"gpushare-webhook-ca@{int(now.timestamp())}", now, s.ca_valid_days)
-    serving = certificates.generate_serving(ca, s.service_dns, (), now, s.valid_days)
-    data = {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem}
+def _usable(s: EnsureSettings, data: dict[str, bytes], now: datetime) -> bool:
+    if s.client_name:
+        return mtls_secret.is_usable(data, s.service_dns, s.client_name, now, s.renew_before)
+    return secret_is_usable(data, s.service_dns, now, s.renew_before)
+
+
+def _new_secret(s: EnsureSettings, now: datetime, current: dict[str, bytes]) -> tuple[Obj, bytes]:
+    if s.client_name:
+        data = mtls_secret.renewed(
+            current,
+            s.service_dns,
+            s.client_name,
+            now,
+            ca_valid_days=s.ca_valid_days,
+            valid_days=s.valid_days,
+            before=s.renew_before,
+        )
+    else:
+        ca = certificates.generate_ca(f"gpushare-webhook-ca@{int(now.timestamp())}", now, s.ca_valid_days)
+        serving = certificates.generate_serving(ca, s.service_dns, (), now, s.valid_days)
+        data = {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem}
     body = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -155,7 +175,7 @@ def _new_secret(s: EnsureSettings, now: datetime) -> tuple[Obj, bytes]:
         "metadata": {"name": s.secret, "namespace": s.namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY}},
         "data": {k: _b64(v) for k, v in data.items()},
     }
-    return body, ca.cert_pem
+    return body, data["ca.crt"]
 
 
 def _ensure_ca_bundle(
@@ -313,6 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="ValidatingWebhookConfiguration to put the CA into (repeatable; default: none)",
     )
+    p.add_argument(
+        "--client-name",
+        type=_common_name,
+        metavar="CN",
+        help="also keep a client certificate with this common name (client.crt, client.key) and the CA "
+        "key (ca.key) in the Secret, so renewals keep the CA its clients trust (the extender's Secret)",
+    )
     p.add_argument("--ca-valid-days", type=_positive, default=3650, help="lifetime of a new CA")
     p.add_argument("--valid-days", type=_positive, default=365, help="serving certificate lifetime")
     p.add_argument("--renew-before-days", type=_non_negative, default=30,
@@ -344,6 +371,7 @@ def main(argv: list[str]) -> int:
         ca_valid_days=args.ca_valid_days,
         valid_days=args.valid_days,
         renew_before=timedelta(days=args.renew_before_days),
+        client_name=args.client_name or "",
     )
     started = time.monotonic()
     try:
@@ -368,6 +396,12 @@ def main(argv: list[str]) -> int:
     }
     print(json.dumps(summary, sort_keys=True))
     return exitcodes.OK
+
+
+def _common_name(text: str) -> str:
+    if not 0 < len(text) <= 64:  # X.509's upper bound for a common name (RFC 5280 ub-common-name)
+        raise argparse.ArgumentTypeError(f"a common name has 1 to 64 characters, got {len(text)}")
+    return text
 
 
 def _positive(text: str) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.parse
@@ -21,7 +22,7 @@ from typing import Any
 from webhook.cli import api_errors, exitcodes, helpformat
 from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
-from webhook.core import accounting, resources
+from webhook.core import accounting, gpulabels, modes, resources
 from webhook.core import annotations as ann
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
@@ -43,7 +44,11 @@ class InspectSettings:
     details: bool = False
     output: str = "text"
     unit: str = "GiB"
-    extender: str = ""  # the extender's URL prefix, e.g. http://127.0.0.1:39999/gpushare-scheduler
+    extender: str = ""  # the extender's URL prefix, e.g. https://127.0.0.1:39999/gpushare-scheduler
+    # An HTTPS extender: the CA that verifies it, and the client certificate it asks for (its Secret's).
+    extender_ca: str = ""
+    extender_cert: str = ""
+    extender_key: str = ""
     client: kube_client.ClientSettings = field(default_factory=kube_client.ClientSettings)
     timeout_s: float = DEFAULT_TIMEOUT_S
     names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
@@ -78,8 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--extender",
         default="",
         metavar="URL",
-        help="read the extender's inspect API instead, e.g. http://127.0.0.1:39999/gpushare-scheduler",
+        help="read the extender's inspect API instead, e.g. https://127.0.0.1:39999/gpushare-scheduler",
     )
+    source.add_argument("--extender-ca", default="", metavar="FILE", help="CA (PEM) of an HTTPS extender")
+    source.add_argument(
+        "--extender-cert",
+        default="",
+        metavar="FILE",
+        help="client certificate (PEM) the extender asks for, e.g. client.crt of its Secret",
+    )
+    source.add_argument("--extender-key", default="", metavar="FILE", help="private key of --extender-cert")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     return parser
 
@@ -93,12 +106,19 @@ def main(argv: list[str]) -> int:
         parser.error(
             "--extender reads the extender; it does not combine with --server/--kubeconfig/--context"
         )
+    if (args.extender_ca or args.extender_cert or args.extender_key) and not args.extender:
+        parser.error("--extender-ca, --extender-cert and --extender-key go with --extender")
+    if bool(args.extender_cert) != bool(args.extender_key):
+        parser.error("--extender-cert and --extender-key go together")
     settings = InspectSettings(
         nodes=tuple(args.nodes),
         details=args.details,
         output=args.output,
         unit=args.unit,
         extender=args.extender,
+        extender_ca=args.extender_ca,
+        extender_cert=args.extender_cert,
+        extender_key=args.extender_key,
         # No retries: an unreachable server fails after one --timeout, and urllib3 logs nothing.
         client=kube_client.ClientSettings(
             host=args.server, kubeconfig=args.kubeconfig, context=args.context, retries=0
@@ -177,7 +197,8 @@ def cluster_use(
     for node in sorted(nodes, key=lambda n: str((n.get("metadata") or {}).get("name") or "")):
         name = str((node.get("metadata") or {}).get("name") or "")
         ledger, skipped = accounting.build(node, by_node.get(name, ()), unit, names)
-        problems = (*ledger.problems(), *(f"pod {s.key}: {s.reason}" for s in skipped))
+        mode, mode_problem = _mode(node)
+        problems = (*ledger.problems(), *(f"pod {s.key}: {s.reason}" for s in skipped), *mode_problem)
         if not (keep_all or ledger.gpus() or ledger.shares() or problems):
             continue
         rows.append(
@@ -194,9 +215,19 @@ def cluster_use(
                     for gpu, units in sorted(s.allocation.per_gpu().items())
                 ),
                 problems=problems,
+                mode=mode,
+                model=gpulabels.model(g.model for g in ledger.gpus() if g.model),
             )
         )
     return table.ClusterUse(unit=unit, nodes=tuple(rows))
+
+
+def _mode(node: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
+    """The node's mode for the MODE column, and the problem when its label is not a known mode."""
+    try:
+        return modes.node_mode((node.get("metadata") or {}).get("labels")).value, ()
+    except modes.ModeError as err:
+        return "invalid", (str(err),)
 
 
 def _get_node(api: Any, name: str, timeout: float) -> dict[str, Any]:
@@ -232,9 +263,10 @@ def from_extender(
         base += EXTENDER_INSPECT
     urls = [f"{base}/{urllib.parse.quote(n, safe='')}" for n in settings.nodes] or [base]
     rows: list[table.NodeUse] = []
+    context = _extender_tls(settings) if base.startswith("https://") else None
     for i, url in enumerate(urls, 1):
         progress.show(f"asking the extender ({i}/{len(urls)})", force=True)
-        data = _fetch(url, settings.timeout_s)
+        data = _fetch(url, settings.timeout_s, context)
         nodes = data.get("nodes") if isinstance(data, dict) else None
         if not isinstance(nodes, list):
             raise InspectError(f"{url} answered without a list of nodes")
@@ -246,16 +278,30 @@ def from_extender(
     return table.ClusterUse(unit=settings.unit, nodes=tuple(rows))
 
 
-def _fetch(url: str, timeout: float) -> Any:
+def _extender_tls(settings: InspectSettings) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=settings.extender_ca or None)
+        if settings.extender_cert:
+            context.load_cert_chain(settings.extender_cert, settings.extender_key)
+    except (OSError, ssl.SSLError) as err:
+        files = ", ".join(
+            f for f in (settings.extender_ca, settings.extender_cert, settings.extender_key) if f
+        )
+        raise InspectError(f"cannot load {files}: {err}") from None
+    return context
+
+
+def _fetch(url: str, timeout: float, context: ssl.SSLContext | None = None) -> Any:
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             body = response.read()
     except urllib.error.HTTPError as err:
         detail = err.read(2000).decode("utf-8", "replace")
         err.close()
-        with contextlib.suppress(ValueError, AttributeError):  # the extender's {"error": ...} body
-            detail = str(json.loads(detail).get("error") or detail)
+        with contextlib.suppress(ValueError, AttributeError):  # the extender's {"error"|"Error": ...} body
+            reply = json.loads(detail)
+            detail = str(reply.get("error") or reply.get("Error") or detail)
         raise InspectError(f"extender at {url} answered HTTP {err.code}: {detail.strip()}") from None
     except (urllib.error.URLError, OSError) as err:
         reason = getattr(err, "reason", err)
@@ -306,4 +352,6 @@ def _extender_node(node: Mapping[str, Any], unit: str) -> table.NodeUse:
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
         pods=tuple(pods),
         problems=tuple(str(p) for p in node.get("problems") or []),
+        model=gpulabels.model(g.model for g in gpus if g.model),
+        mode=str(node.get("mode") or ""),
     )

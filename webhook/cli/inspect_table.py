@@ -41,6 +41,8 @@ class NodeUse:
     gpus: tuple[GpuUse, ...]
     pods: tuple[PodUse, ...]  # one entry per (pod, GPU): a multi-GPU pod appears once per GPU
     problems: tuple[str, ...] = ()  # over-commits, unreadable annotations, pods never placed
+    mode: str = ""  # ack.node.gpu.schedule as the parts read it (core/modes.py); "" when not known
+    model: str = ""  # the GPU model as the aliyun.accelerator/nvidia_name label writes it, or "mixed"
 
     @property
     def total(self) -> int:
@@ -93,6 +95,7 @@ def _summary_lines(cluster: ClusterUse) -> list[str]:
     if with_pending:
         header.append("PENDING(Allocated)")
     header.append(f"GPU Memory({cluster.unit})")
+    header += ["MODE", "MODEL"]  # after the original columns, so scripts reading those keep working
     rows = [header]
     for node in cluster.nodes:
         cells = {g.index: _gpu_cell(g) for g in node.gpus}
@@ -100,6 +103,7 @@ def _summary_lines(cluster: ClusterUse) -> list[str]:
         if with_pending:
             row.append(str(node.pending) if node.pending else "")
         row.append(f"{node.used}/{node.total}")
+        row += [node.mode or "-", node.model or "-"]
         rows.append(row)
     out = _table(rows)
     if with_pending:
@@ -114,7 +118,8 @@ def _detail_lines(cluster: ClusterUse) -> list[str]:
         for p in node.pods:  # memory on a GPU the node no longer reports still gets a column
             if p.gpu not in indexes:
                 indexes.append(p.gpu)
-        out += [f"NAME:       {node.name}", f"IPADDRESS:  {node.address or '-'}", ""]
+        out += [f"NAME:       {node.name}", f"IPADDRESS:  {node.address or '-'}"]
+        out += [f"MODE:       {node.mode or '-'}", f"MODEL:      {node.model or '-'}", ""]
         rows = [["NAME", "NAMESPACE", *(f"GPU{i}(Allocated)" for i in indexes), "ASSIGNED"]]
         for (namespace, name), uses in _by_pod(node.pods).items():
             held = {u.gpu: u.units for u in uses}
@@ -164,6 +169,8 @@ def to_json(cluster: ClusterUse) -> dict[str, Any]:
                 "total": n.total,
                 "allocated": n.used,
                 "pending": n.pending,
+                "mode": n.mode,
+                "model": n.model,
                 "gpus": [
                     {
                         "index": g.index,

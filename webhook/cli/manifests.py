@@ -17,13 +17,29 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from webhook.core import jsonnumbers
+
 STDIN = "-"
 STDIN_NAME = "<stdin>"
 EXTENSIONS = (".yaml", ".yml", ".json")
 # `helm template` writes one such comment above every document; it names the template it came from.
 _HELM_SOURCE = re.compile(r"^# Source: (.+?)\s*$", re.MULTILINE)
 # PyYAML's C loader (libyaml) is several times faster; fall back to the pure-Python one without it.
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc]  # PyYAML's loaders are untyped
+    """The safe loader, reading an integer of more than 4,300 digits as the webhook does (infinity)."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | float:
+        try:
+            value: int | float = super().construct_yaml_int(node)
+        except ValueError:  # Python's limit on decimal digits: only a decimal literal gets here
+            return jsonnumbers.read_int(str(node.value).replace("_", ""))
+        return value
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +206,7 @@ def read_text(source: str, text: str) -> Iterator[Item]:
 
 
 def _read_json(source: str, text: str) -> list[Item] | ReadError:
-    decoder = json.JSONDecoder()
+    decoder = json.JSONDecoder(parse_int=jsonnumbers.read_int)
     items: list[Item] = []
     pos = len(text) - len(text.lstrip())
     line, counted = 1, 0

@@ -10,7 +10,8 @@ import os
 import sys
 from pathlib import Path
 
-from webhook.core import devices
+from webhook.cli import helpformat
+from webhook.core import devices, mps, resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin import settings as dp_settings
 
@@ -18,6 +19,7 @@ from webhook.deviceplugin import settings as dp_settings
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpushare device-plugin",
+        formatter_class=helpformat.DefaultsFormatter,
         description="Serve the kubelet device plugin for aliyun.com/gpu-mem on this node "
         "(node name from NODE_NAME).",
     )
@@ -60,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--endpoint", default=dp_settings.DEFAULT_ENDPOINT, help="our socket file name in that directory"
     )
+    p.add_argument(
+        "--whole-card-resource",
+        default=resources.NVIDIA_GPU,
+        metavar="NAME",
+        help="resource of whole GPUs served beside gpu-mem on sharing nodes, on its own socket "
+        f"(<endpoint>-wholecard.sock; default {resources.NVIDIA_GPU}); the extender's flag of that name too",
+    )
     p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     p.add_argument(
         "--api-host", default="", help="API server URL without auth, e.g. http://127.0.0.1:8080 (local runs)"
@@ -95,8 +104,30 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="exit 1 when the API server cannot be reached this long at start (default 30)",
     )
-    p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
-    p.add_argument("--log-format", choices=("json", "text"), default="json")
+    p.add_argument(
+        "--mps",
+        action="store_true",
+        help="give every gpu-mem container the NVIDIA MPS env and mounts on any sharing node, not only on "
+        "nodes labelled ack.node.gpu.schedule=mps (needs Volta or newer GPUs)",
+    )
+    p.add_argument(
+        "--mps-pipe-dir",
+        default=mps.DEFAULT_PIPE_DIRECTORY,
+        metavar="DIR",
+        help="the MPS pipe directory on the node, mounted into MPS containers "
+        f"(default {mps.DEFAULT_PIPE_DIRECTORY})",
+    )
+    p.add_argument(
+        "--mps-log-dir",
+        default=mps.DEFAULT_LOG_DIRECTORY,
+        metavar="DIR",
+        help="the MPS log directory on the node, mounted into MPS containers "
+        f"(default {mps.DEFAULT_LOG_DIRECTORY})",
+    )
+    p.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info", help="log level"
+    )
+    p.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
     return p
 
 
@@ -111,6 +142,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_
         health_recovery_s=args.health_recovery,
         device_plugin_dir=args.device_plugin_dir,
         endpoint=args.endpoint,
+        whole_card_resource=args.whole_card_resource,
         kubeconfig=args.kubeconfig,
         api_host=args.api_host,
         health_port=args.health_port,
@@ -118,6 +150,9 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_
         pod_resources_socket=Path(args.pod_resources_socket) if args.pod_resources_socket else None,
         reconcile_s=args.reconcile_period,
         api_timeout_s=args.api_timeout,
+        force_mps=args.mps,
+        mps_pipe_dir=args.mps_pipe_dir,
+        mps_log_dir=args.mps_log_dir,
         log_level=args.log_level,
         log_format=args.log_format,
     ).validate()

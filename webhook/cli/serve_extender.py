@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from webhook.cli import exitcodes, helpformat
-from webhook.core import allocator
+from webhook.core import allocator, resources, wholecards
 from webhook.core import annotations as ann
 from webhook.extender import service
 from webhook.extender import settings as ext_settings
@@ -33,6 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-cert", help="serving certificate (PEM); with --tls-key serves HTTPS (default: plain HTTP)"
     )
     p.add_argument("--tls-key", help="private key of --tls-cert (PEM)")
+    p.add_argument(
+        "--client-ca",
+        help="CA bundle (PEM) that must have signed the caller's client certificate: filter, prioritize, "
+        "bind and inspect refuse callers without one (probes and metrics stay open); needs --tls-cert",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     p.add_argument("--server", help="API server URL without auth, overriding kubeconfig (e.g. kubectl proxy)")
     p.add_argument("--leader-elect", action="store_true", help="elect one binding replica through a Lease")
@@ -52,6 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=ann.memory_unit,
         default="GiB",
         help="unit of aliyun.com/gpu-mem: GiB, MiB, or <N>MiB matching the device plugin's MiB blocks",
+    )
+    p.add_argument(
+        "--whole-card-resource",
+        type=_resource,
+        default=resources.NVIDIA_GPU,
+        help="resource of whole GPUs that our device plugin serves beside shares on shared nodes; list it "
+        "in the scheduler's managedResources too",
     )
     p.add_argument(
         "--policy",
@@ -78,9 +90,21 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="name the HTTPS leader's certificate must carry (default: the host of its advertised URL)",
     )
+    p.add_argument(
+        "--forward-cert",
+        help="client certificate (PEM) presented to the leader when forwarding bind (with --forward-key)",
+    )
+    p.add_argument("--forward-key", help="private key of --forward-cert (PEM)")
     p.add_argument("--log-level", choices=logs.LEVELS, default="info", help="log level")
     p.add_argument("--log-format", choices=logs.FORMATS, default="json", help="log format")
     return p
+
+
+def _resource(value: str) -> str:
+    try:
+        return wholecards.resource_name(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _url(value: str) -> str:
@@ -90,9 +114,21 @@ def _url(value: str) -> str:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
+def usage_error(args: argparse.Namespace) -> str:
+    """Why these flags cannot be served together, or ""."""
     if bool(args.tls_cert) != bool(args.tls_key):
-        raise SystemExit("gpushare extender: --tls-cert and --tls-key go together")
+        return "--tls-cert and --tls-key go together"
+    if args.client_ca and not args.tls_cert:
+        return "--client-ca needs --tls-cert and --tls-key: client certificates travel only over HTTPS"
+    if bool(args.forward_cert) != bool(args.forward_key):
+        return "--forward-cert and --forward-key go together"
+    return ""
+
+
+def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
+    problem = usage_error(args)
+    if problem:
+        raise SystemExit(f"gpushare extender: {problem}")
     advertise = args.advertise_url
     if advertise is None:
         try:
@@ -106,9 +142,11 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
         port=args.port,
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
+        client_ca=Path(args.client_ca) if args.client_ca else None,
         kubeconfig=args.kubeconfig,
         api_server=args.server,
         memory_unit=args.memory_unit,
+        names=resources.GpuResourceNames(whole_card=args.whole_card_resource),
         default_policy=allocator.Policy(args.policy),
         max_body_bytes=args.max_body_bytes,
         leader=ext_settings.LeaderSettings(
@@ -120,6 +158,8 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
         advertise_url=advertise,
         forward_ca=Path(args.forward_ca) if args.forward_ca else None,
         forward_server_name=args.forward_server_name,
+        forward_cert=Path(args.forward_cert) if args.forward_cert else None,
+        forward_key=Path(args.forward_key) if args.forward_key else None,
         log_level=args.log_level,
         log_format=args.log_format,
     )
@@ -128,8 +168,9 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if bool(args.tls_cert) != bool(args.tls_key):
-        parser.error("--tls-cert and --tls-key go together")  # a usage error: exit 2
+    problem = usage_error(args)
+    if problem:
+        parser.error(problem)  # a usage error: exit 2
     settings = settings_from(args)
     logs.configure(settings.log_level, settings.log_format)
     kube_client.quiet_transport_logs()  # the watch and binder log their own failures, once, with context

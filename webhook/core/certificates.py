@@ -172,6 +172,15 @@ def dns_sans(cert_pem: bytes) -> list[str]:
     return list(ext.value.get_values_for_type(x509.DNSName))
 
 
+def common_name(cert_pem: bytes) -> str:
+    """The subject's common name ("" when it has none or the certificate is unreadable)."""
+    try:
+        names = load_certificate(cert_pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    except CertificateError:
+        return ""
+    return str(names[0].value) if names else ""
+
+
 def key_matches(pair: KeyPair) -> bool:
     """True when the private key belongs to the certificate (both readable)."""
     try:

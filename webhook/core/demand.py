@@ -153,6 +153,26 @@ def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_L
     return int(text)
 
 
+def count_label_problem(
+    labels: Mapping[str, Any], names: resources.GpuResourceNames, total: int | None, unit: str
+) -> gpumem.Problem | None:
+    """What is wrong with the pod's gpu-count label, in words (the rules and the extender say the same);
+    None when it is fine. `total` is the pod's gpu-mem units; None skips the split check."""
+    try:
+        count = gpu_count(labels, names.count)
+    except DemandError as err:
+        fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
+        return gpumem.Problem(templates.printable(str(err), 200), fix)
+    if total is None:
+        return None
+    try:
+        check_split(total, count, names.count, unit)
+    except DemandError as err:
+        fix = f"make the pod's total {names.memory} a multiple of {count} {unit}, or change the label"
+        return gpumem.Problem(str(err), fix)
+    return None
+
+
 def check_split(
     total: int, count: int, key: str = resources.GPU_COUNT_LABEL, unit: str = gpumem.DEFAULT_UNIT
 ) -> None:
@@ -192,6 +212,14 @@ def pod_demand(
         if units:
             _check_shape(item.body, item.path, names, unit)
         (init if item.init else app).append(units)
-    count = gpu_count(metadata.get("labels"), names.count)
-    check_split(sum(app), count, names.count, unit)
+    labels = metadata.get("labels")
+    if labels is not None and not isinstance(labels, Mapping):
+        raise _wrong_type("metadata.labels", None, labels, "an object")
+    labels = labels or {}
+    if names.count in labels:
+        found = count_label_problem(labels, names, sum(app), unit)
+        if found is not None:
+            path = templates.key_path("metadata.labels", names.count)
+            raise _error(path, None, labels[names.count], found)
+    count = gpu_count(labels, names.count)
     return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)

@@ -66,7 +66,7 @@ def node_mode(labels: Mapping[str, object] | None) -> Mode:
 
 def node_placement(labels: Mapping[str, object] | None) -> Policy | None:
     """The node's placement label; None when absent or unknown (the caller falls back to its default).
-    A pod's own `gpushare.aliyun.com/placement-policy` annotation wins over it (`allocator.policy_of`)."""
+    A pod's own `gpushare.aliyun.com/placement-policy` annotation wins over it (`placement_policy`)."""
     raw = (labels or {}).get(PLACEMENT_LABEL)
     try:
         return Policy(raw) if isinstance(raw, str) else None
@@ -91,8 +91,9 @@ def sharing_problem(labels: Mapping[str, object] | None, memory: str = resources
 
 
 def placement_policy(
-    pod_annotations: Mapping[str, str] | None, node_labels: Mapping[str, object] | None, default: Policy
+    pod_annotations: Mapping[str, str] | None, node_policy: Policy | None, default: Policy
 ) -> Policy:
     """The placement order: the pod's `gpushare.aliyun.com/placement-policy` annotation, else the node's
-    `ack.node.gpu.placement` label, else `default` (the extender's --policy, binpack unless set)."""
-    return allocator.policy_of(pod_annotations, node_placement(node_labels) or default)
+    `ack.node.gpu.placement` label (`node_policy`, from `node_placement`), else `default` (the extender's
+    --policy, binpack unless set). Unknown values fall through to the next."""
+    return allocator.policy_of(pod_annotations, node_policy or default)

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core import annotations as ann
-from webhook.core import demand, resources
+from webhook.core import demand, mps, resources
+
+NO_PLACEMENT = "has no gpushare placement (it was not bound by the gpushare extender)"
 
 
 class PlacementError(ValueError):
@@ -42,6 +44,7 @@ class PodView:
     placement: ann.Placement | None = None
     problem: str | None = None  # why it cannot get memory: no placement, bad annotations
     waiting: bool = True  # Pending, not yet started by the kubelet, not being deleted
+    compute_percent: object = None  # the MPS compute share annotation as written (core/mps.py reads it)
 
     @property
     def key(self) -> str:
@@ -56,11 +59,13 @@ def pod_view(
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
+    notes = meta.get("annotations")
     base: dict[str, Any] = {
         "uid": uid,
         "namespace": str(meta.get("namespace") or "default"),
         "name": str(meta.get("name") or ""),
-        "waiting": _waiting(meta, status),
+        "waiting": waiting(meta, status),
+        "compute_percent": notes.get(mps.COMPUTE_PERCENT_ANNOTATION) if isinstance(notes, Mapping) else None,
     }
     try:
         want = demand.pod_demand(pod, names)
@@ -79,8 +84,7 @@ def pod_view(
     assume = placement.assume_time_ns if placement else 0
     order = (arrival, assume, str(meta.get("creationTimestamp") or ""), uid)
     if placement is None:
-        problem = "has no gpushare placement (it was not bound by the gpushare extender)"
-        return PodView(order=order, first_units=order_units[0], problem=problem, **base)
+        return PodView(order=order, first_units=order_units[0], problem=NO_PLACEMENT, **base)
     try:
         slots = _slots(pod, want, placement)
     except PlacementError as err:
@@ -88,7 +92,7 @@ def pod_view(
     return PodView(order=order, first_units=order_units[0], slots=slots, placement=placement, **base)
 
 
-def _waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+def waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     # The kubelet writes container statuses right after admitting a pod, so a pod that has them (or
     # runs, or ended) is past Allocate even if marking it assigned was lost.
     return (
@@ -113,7 +117,13 @@ def _slots(
     for i, units in enumerate(want.init_containers):
         if units:
             slots.append(
-                Slot(_name(spec, "initContainers", i), True, units, _init_gpus(units, per_gpu, want), i)
+                Slot(
+                    container_name(spec, "initContainers", i),
+                    True,
+                    units,
+                    _init_gpus(units, per_gpu, want),
+                    i,
+                )
             )
     for i, units in enumerate(want.containers):
         if not units:
@@ -124,10 +134,10 @@ def _slots(
             gpus = _spread(units, sorted(alloc.for_container(0)))
         if sum(gpus.values()) != units:
             raise PlacementError(
-                f"malformed placement: container {_name(spec, 'containers', i)!r} asks {units} units "
-                f"but the allocation annotation gives it {sum(gpus.values())}"
+                f"malformed placement: container {container_name(spec, 'containers', i)!r} asks {units} "
+                f"units but the allocation annotation gives it {sum(gpus.values())}"
             )
-        slots.append(Slot(_name(spec, "containers", i), False, units, gpus, i))
+        slots.append(Slot(container_name(spec, "containers", i), False, units, gpus, i))
     return tuple(slots)
 
 
@@ -147,6 +157,6 @@ def _spread(units: int, gpus: Sequence[int]) -> dict[int, int]:
     return {g: units // len(gpus) for g in gpus}
 
 
-def _name(spec: Mapping[str, Any], key: str, i: int) -> str:
+def container_name(spec: Mapping[str, Any], key: str, i: int) -> str:
     items = spec.get(key) or []
     return str(items[i].get("name") or f"{key}[{i}]") if i < len(items) else f"{key}[{i}]"

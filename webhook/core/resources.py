@@ -60,6 +60,9 @@ class GpuResourceNames:
     whole_device_prefixes: tuple[str, ...] = WHOLE_DEVICE_PREFIX_DEFAULTS
     memory: str = GPU_MEMORY
     count: str = GPU_COUNT
+    # The whole cards our device plugin serves beside shares on shared nodes (webhook/core/wholecards.py);
+    # list it in whole_device too, so the rules check its values.
+    whole_card: str = NVIDIA_GPU
 
     def is_whole_device(self, name: str) -> bool:
         return name in self.whole_device or name.startswith(self.whole_device_prefixes)

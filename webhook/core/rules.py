@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import demand, gpumem, podspec, quantity, resources, templates
+from webhook.core import demand, gpumem, mps, podspec, quantity, resources, templates, wholecards
 
 _VALUE_LIMIT = 60
 _NAME_LIMIT = 63
@@ -195,25 +195,16 @@ def _check_gpu_count(
         return []
     raw = labels[names.count]
     path = templates.key_path(templates.join(prefix, "metadata.labels"), names.count)
-    try:
-        count = demand.gpu_count(labels, names.count)
-    except demand.DemandError as err:
-        fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
-        return [Violation(path, None, show(raw), templates.printable(str(err), 200), fix)]
     app = [c for c in containers if c.key == "containers"]
     bodies = [c.body for c in app if isinstance(c, podspec.Container)]
-    if len(bodies) != len(app):
-        return []  # a misshapen container list, reported as such: no total to split
-    try:
-        total = sum(demand.container_units(b, names.memory, unit) for b in bodies)
-    except ValueError:
-        return []  # a bad gpu-mem value (DemandError or too large), already reported at its container
-    try:
-        demand.check_split(total, count, names.count, unit)
-    except demand.DemandError as err:
-        fix = f"make the pod's total {names.memory} a multiple of {count} {unit}, or change the label"
-        return [Violation(path, None, show(raw), str(err), fix)]
-    return []
+    total: int | None = None  # unknown: a misshapen list or bad value, reported where it is
+    if len(bodies) == len(app):
+        try:
+            total = sum(demand.container_units(b, names.memory, unit) for b in bodies)
+        except ValueError:  # DemandError, or a value too large
+            total = None
+    found = demand.count_label_problem(labels, names, total, unit)
+    return [] if found is None else [Violation(path, None, show(raw), *found)]
 
 
 def check_pod_spec(
@@ -237,4 +228,25 @@ def check_pod_spec(
         else:
             out += _check_container(item.body, item.path, names, unit)
     out += _check_gpu_count(metadata, items, prefix, names, unit)
+    mixed = wholecards.mixed(spec, names, prefix)
+    if mixed is not None:
+        out.append(Violation(mixed.path, mixed.container, None, *mixed.problem))
+    out += _check_compute_percent(metadata, prefix)
     return out
+
+
+def _check_compute_percent(metadata: Mapping[str, Any], prefix: str) -> list[Violation]:
+    """The MPS compute share annotation: a whole percent 1..100 (core/mps.py reads it at Allocate)."""
+    notes = metadata.get("annotations")
+    if not isinstance(notes, templates.OBJECT) or mps.COMPUTE_PERCENT_ANNOTATION not in notes:
+        return []  # a misshapen annotations object is the API server's to refuse
+    raw = notes[mps.COMPUTE_PERCENT_ANNOTATION]
+    try:
+        mps.compute_percent(raw)
+    except mps.MpsError:
+        path = templates.key_path(
+            templates.join(prefix, "metadata.annotations"), mps.COMPUTE_PERCENT_ANNOTATION
+        )
+        problem = "must be a whole percent of the GPU's compute between 1 and 100 (MPS nodes only)"
+        return [Violation(path, None, show(raw), problem, 'write e.g. "30", or remove the annotation')]
+    return []

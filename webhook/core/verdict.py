@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core import annotations as ann
-from webhook.core import gpumem, isolation, lookalikes, patches, resources, rules, templates
+from webhook.core import gpumem, isolation, lookalikes, patches, resources, rules, templates, wholecards
 
 # Defined beside the decision that reads it (isolation must not import verdict); kept here by name.
 IsolationPolicy = isolation.IsolationPolicy
@@ -18,6 +18,13 @@ IsolationPolicy = isolation.IsolationPolicy
 # contracts §1.5: the API server keeps warnings of up to 120 characters whole and drops any with
 # control characters.
 WARNING_LIMIT = 120
+# A denial lists at most this many problems and characters, then says how many more there are: a Pod
+# with 40,000 bad containers must not get a 9 MB answer that the API server stores in events and kubectl
+# prints whole. Here, not in the webhook, so `gpushare check` shows the same message.
+MAX_LISTED_PROBLEMS = 20
+MAX_MESSAGE_CHARS = 8192
+_LINE_LIMIT = MAX_MESSAGE_CHARS // 4  # one problem line at most; paths and values are clipped before
+_CLOSING_ROOM = 80  # for the "... and N more" line
 _DEFAULT_SCHEDULER = "default-scheduler"
 
 
@@ -25,8 +32,8 @@ _DEFAULT_SCHEDULER = "default-scheduler"
 class Policy:
     names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
     isolation: IsolationPolicy = field(default_factory=IsolationPolicy)
-    # When set, the mutating webhook also sets spec.schedulerName on gpu-mem pods that left it unset
-    # (or set it to "default-scheduler"): the chart's second-scheduler mode.
+    # When set, the mutating webhook also sets spec.schedulerName on gpu-mem and whole-card pods that left
+    # it unset (or set it to "default-scheduler"): the chart's second-scheduler mode.
     scheduler_name: str | None = None
     # The unit of one gpu-mem (GiB, MiB or <N>MiB), as the extender and device plugin count it; messages
     # name it and suggest values in it.
@@ -56,15 +63,25 @@ class Verdict:
     def message(self) -> str:
         """The denial message, identical for the webhook and `gpushare check`; "" when allowed.
 
-        A first line, then one line per violation; the API server shows it after
-        `admission webhook "NAME" denied the request: `.
+        A first line, then one line per violation (at most MAX_LISTED_PROBLEMS, MAX_MESSAGE_CHARS in all,
+        then how many more); the API server shows it after `admission webhook "NAME" denied the request: `.
         """
         if not self.violations:
             return ""
         count = len(self.violations)
         problems = "1 problem" if count == 1 else f"{count} problems"
-        head = f"{self.kind or 'the object'} has {problems} with GPU resources:"
-        return "\n".join([head, *(str(v) for v in self.violations)])
+        kept = [f"{self.kind or 'the object'} has {problems} with GPU resources:"]
+        size = len(kept[0])
+        for violation in self.violations[:MAX_LISTED_PROBLEMS]:
+            line = templates.printable(str(violation), _LINE_LIMIT)
+            if size + 1 + len(line) > MAX_MESSAGE_CHARS - _CLOSING_ROOM:
+                break
+            kept.append(line)
+            size += 1 + len(line)
+        more = count - (len(kept) - 1)
+        if more:
+            kept.append(f"... and {more} more (fix these and apply again)")
+        return "\n".join(kept)
 
 
 def clean_warning(text: str) -> str:
@@ -98,8 +115,11 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
     if decision.violation is not None:
         violations.append(decision.violation)
     # Only the scheduler-name mode needs to know; a decided value already says the pod asks for gpu-mem.
+    # Whole cards too: on shared nodes only the extender keeps them off GPUs that hold shares.
     asks = policy.scheduler_name is not None and (
-        decision.value is not None or isolation.asks_gpu_memory(template.spec, policy.names)
+        decision.value is not None
+        or isolation.asks_gpu_memory(template.spec, policy.names)
+        or wholecards.asks_cards(template.spec, policy.names)
     )
     scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
     return TemplateVerdict(

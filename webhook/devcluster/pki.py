@@ -90,6 +90,14 @@ def serving(pki: Pki, name: str, dns_names: tuple[str, ...], ips: tuple[str, ...
     return pki.crt(name), pki.key(name)
 
 
+def client(pki: Pki, name: str, common_name: str, groups: list[str]) -> tuple[Path, Path]:
+    """A client pair `name.crt`/`name.key` for user `common_name` in `groups`; returns their paths."""
+    pair = certificates.generate_client(pki.ca(), common_name, groups, datetime.now(UTC))
+    _write(pki.crt(name), pair.cert_pem)
+    _write(pki.key(name), pair.key_pem)
+    return pki.crt(name), pki.key(name)
+
+
 def _write(path: Path, data: bytes) -> None:
     path.write_bytes(data)
     path.chmod(0o600)

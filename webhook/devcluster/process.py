@@ -9,9 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import ssl
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 
@@ -88,3 +92,32 @@ class Process:
 def _signal_group(pid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, sig)
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment plus `extra`: children need PATH, HOME and the like."""
+    return {**os.environ, **(extra or {})}
+
+
+def dead(processes: Iterable[Process]) -> str:
+    """The first child that exited, with its log's tail; "" while all run."""
+    for process in processes:
+        if not process.running():
+            return f"{process.name} exited:\n{process.tail(15)}"
+    return ""
+
+
+def socket_dir(name: str) -> Path:
+    """A new folder for a device plugin's sockets: under /tmp, because a unix socket path holds at most
+    107 bytes and a workdir (pytest's above all) can be longer."""
+    return Path(tempfile.mkdtemp(prefix=f"gpushare-dp-{name}-", dir="/tmp"))
+
+
+def http_status(url: str, context: ssl.SSLContext | None) -> int:
+    """The HTTP status of GET `url` (a readiness probe); OSError when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=2, context=context) as reply:
+            status: int = reply.status
+            return status
+    except urllib.error.HTTPError as exc:
+        return exc.code

@@ -13,9 +13,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
-from webhook.core import devices, matching, podviews, resources
+from webhook.core import devices, matching, mps, podviews, resources
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,14 @@ class AllocateError(Exception):
     def __init__(self, message: str, invalid: bool = False) -> None:
         super().__init__(message)
         self.invalid = invalid
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What one container gets: its env, and on MPS nodes the MPS directories mounted."""
+
+    envs: dict[str, str]
+    mounts: tuple[mps.Mount, ...] = ()
 
 
 class PodSource(Protocol):
@@ -61,8 +70,10 @@ class Allocator:
         resource_name: str = resources.GPU_MEMORY,
         wait_s: float = 3.0,
         kubelet: KubeletPods | None = None,
+        mps_dirs: Callable[[], mps.MpsDirs | None] = lambda: None,
     ) -> None:
         self.state = state
+        self.mps_dirs = mps_dirs  # read per Allocate: the node's mode label may change at any time
         self.pods = pods
         self.marker = marker
         self.isolation_disabled = isolation_disabled
@@ -108,8 +119,8 @@ class Allocator:
             found = self.book.candidates(size, pods)
         return len({tuple(sorted(m.slot.gpus.items())) if m.pod.problem is None else () for m in found}) != 1
 
-    def allocate(self, device_ids: Sequence[str]) -> dict[str, str]:
-        """The env for one container that the kubelet gives these devices."""
+    def allocate(self, device_ids: Sequence[str]) -> Answer:
+        """The env (and MPS mounts) for one container that the kubelet gives these devices."""
         gpus, granularity = self.state.gpus, self.state.granularity
         if not device_ids:
             raise AllocateError("the container request lists no device IDs", invalid=True)
@@ -146,7 +157,7 @@ class Allocator:
         split: dict[int, int],
         pods: list[podviews.PodView],
         kubelet: matching.KubeletView | None,
-    ) -> dict[str, str]:
+    ) -> Answer:
         count = len(device_ids)
         self.book.forget_except(p.uid for p in pods)
         match = self._advised(frozenset(device_ids), count, pods)
@@ -163,6 +174,16 @@ class Allocator:
         except devices.DeviceError as err:
             self.book.refuse(match.pod.uid)
             raise AllocateError(self._explain(count, str(err))) from None
+        dirs = self.mps_dirs()
+        mounts: tuple[mps.Mount, ...] = ()
+        if dirs is not None:
+            try:
+                percent = mps.compute_percent(match.pod.compute_percent)
+            except mps.MpsError as err:
+                self.book.refuse(match.pod.uid)
+                raise AllocateError(self._explain(count, f"pod {match.pod.key}: {err}")) from None
+            env.update(mps.container_env(match.slot.gpus, self.state.granularity, percent, dirs))
+            mounts = mps.mounts(dirs)
         self.book.commit(match, device_ids)
         log.info(
             "allocated %s to %s container %s: GPU %s",
@@ -173,7 +194,7 @@ class Allocator:
         )
         if match.last:
             self.marker.mark(match.pod)
-        return env
+        return Answer(env, mounts)
 
     def _advised(
         self, ids: frozenset[str], count: int, pods: list[podviews.PodView]

@@ -15,16 +15,20 @@ from typing import Any
 
 import prometheus_client
 
+from webhook.core import cardviews, resources
 from webhook.deviceplugin import (
     allocator,
+    cardserver,
     health,
     inventory,
     node,
+    nodemode,
     podsource,
     reconcile,
     registration,
     server,
     state,
+    wholecards,
 )
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
 from webhook.kube import client, errors, rest, watch
@@ -103,10 +107,14 @@ class Plugin:
     def __init__(self, settings: DevicePluginSettings) -> None:
         settings.validate()
         self.settings = settings
-        self.inventory = build_inventory(settings)
-        gpus = self.inventory.gpus()
-        if not gpus:
-            raise StartError("no GPUs found on this node")
+        try:
+            self.inventory = build_inventory(settings)
+            gpus = self.inventory.gpus()
+            if not gpus:
+                raise StartError("no GPUs found on this node")
+        except StartError:
+            _forget_gpus(settings)
+            raise
         self.state = state.DeviceState(gpus, settings.granularity())
         size = server.list_response(self.state)[1].ByteSize()
         if size > settings.max_list_bytes:
@@ -124,6 +132,8 @@ class Plugin:
             raise StartError(str(err)) from None
         self.pods = podsource.PodStore()
         self.labels = node.NodeLabels()
+        self.mode = nodemode.NodeMode(self.state, settings.force_mps, settings.mps_dirs())
+        self.labels.on_change(self.mode.labels_changed)
         self.marker = podsource.AssignMarker(self.api)
         self.kubelet_pods = (
             reconcile.PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
@@ -139,6 +149,7 @@ class Plugin:
             resource_name=settings.resource_name,
             wait_s=settings.allocate_wait_s,
             kubelet=self.kubelet_pods,
+            mps_dirs=self.mode.mps_dirs,
         )
         self.reconciler = (
             reconcile.Reconciler(
@@ -175,13 +186,39 @@ class Plugin:
                 settings.device_plugin_dir, settings.endpoint, settings.resource_name
             ),
         )
+        # Whole cards: a second endpoint over the same GPUs, health and mode switch (cardserver.py).
+        self.card_pods = podsource.PodStore(
+            resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=cardviews.card_view
+        )
+        self.card_kubelet = (
+            reconcile.PodResourcesClient(settings.pod_resources_socket, settings.whole_card_resource)
+            if settings.pod_resources_socket
+            else None
+        )
+        self.card_allocator = wholecards.CardAllocator(
+            self.state,
+            self.card_pods,
+            self.marker,
+            isolation_disabled=self.labels.isolation_disabled,
+            node_name=settings.node_name,
+            resource_name=settings.whole_card_resource,
+            wait_s=settings.allocate_wait_s,
+            kubelet=self.card_kubelet,
+        )
+        self.card_server = registration.PluginServer(
+            cardserver.CardService(self.state, self.card_allocator, self.metrics),
+            registration.RegistrationSettings(
+                settings.device_plugin_dir, settings.card_endpoint(), settings.whole_card_resource
+            ),
+        )
         self.http: ThreadingHTTPServer | None = None
 
     def _on_pod_event(self, event: watch.WatchEvent) -> None:
-        if event.type == watch.RESYNC:
-            self.pods.resync(event.objects)
-        elif event.object is not None:
-            self.pods.apply(event.type, event.object)
+        for store in (self.pods, self.card_pods):
+            if event.type == watch.RESYNC:
+                store.resync(event.objects)
+            elif event.object is not None:
+                store.apply(event.type, event.object)
 
     def _on_node_event(self, event: watch.WatchEvent) -> None:
         if event.type == watch.RESYNC:
@@ -191,11 +228,13 @@ class Plugin:
             self.labels.apply(event.type, event.object)
 
     def ready(self) -> bool:
-        return self.server.registered.is_set() and self.pods.synced.is_set()
+        registered = self.server.registered.is_set() and self.card_server.registered.is_set()
+        return registered and self.pods.synced.is_set()
 
     def start(self) -> Plugin:
         try:
             self.server.take_lock()  # before anything a second instance would disturb
+            self.card_server.take_lock()
         except registration.AlreadyRunning as err:
             self.marker.stop()  # nothing else was started
             self.api.close()  # type: ignore[no-untyped-call]
@@ -210,8 +249,12 @@ class Plugin:
             daemon=True,
         ).start()
         # Serve only once the pods of this node are known, so the first Allocate finds them; the docs
-        # promise exit 1 when the API cannot be reached, not a plugin that never matches a pod.
-        if not self.pod_watch.wait_synced(self.settings.api_timeout_s):
+        # promise exit 1 when the API cannot be reached, not a plugin that never matches a pod. The
+        # node's labels first decide whether anything is advertised at all (its mode).
+        if not (
+            self.node_watch.wait_synced(self.settings.api_timeout_s)
+            and self.pod_watch.wait_synced(self.settings.api_timeout_s)
+        ):
             self.stop()
             raise StartError(
                 f"cannot list the pods of node {self.settings.node_name} from the API server within "
@@ -222,6 +265,7 @@ class Plugin:
             self.reconciler.run_once()
             self.reconciler.start()
         self.server.start()
+        self.card_server.start()
         if self.settings.health_port:
             self.http = _probe_server(self, self.settings.health_port)
         return self
@@ -232,6 +276,9 @@ class Plugin:
             self.http.shutdown()
             self.http.server_close()
         self.server.stop()
+        self.card_server.stop()
+        if self.card_kubelet is not None:
+            self.card_kubelet.close()
         if self.reconciler is not None:
             self.reconciler.stop()
         self.publisher.stop()
@@ -243,6 +290,18 @@ class Plugin:
         if close is not None:
             close()
         self.api.close()  # type: ignore[no-untyped-call]
+
+
+def _forget_gpus(settings: DevicePluginSettings) -> None:
+    """No GPUs (any more): remove this node's GPU type labels before exiting, when the API is reachable."""
+    try:
+        api = client.connect(client.ClientSettings(host=settings.api_host, kubeconfig=settings.kubeconfig))
+    except errors.ApiError:
+        return
+    try:
+        node.forget_gpus(api, settings.node_name)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
 
 
 def _probe_server(plugin: Plugin, port: int) -> ThreadingHTTPServer:

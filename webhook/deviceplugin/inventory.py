@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from webhook.core import devices
+from webhook.core import devices, gpulabels
 
 
 class InventoryError(ValueError):
@@ -65,25 +65,31 @@ def parse_memory_mib(raw: object, where: str) -> int:
 
 
 def parse_fake_gpus(spec: str) -> FakeInventory:
-    """`--fake-gpus "0:16,1:16,2:24"`: index:memory pairs, memory in GiB unless it says MiB."""
+    """`--fake-gpus "0:16,1:16,2:24"`: index:memory pairs, memory in GiB unless it says MiB; optionally
+    `:<model>:<compute capability>` after each, e.g. `0:16:Tesla V100-SXM2-16GB:7.0` (default model `fake`,
+    compute capability unknown)."""
     gpus = []
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue
-        index_text, sep, memory = part.partition(":")
-        if not sep or not index_text.strip().isdigit():
-            raise InventoryError(f"--fake-gpus: {part!r} is not <index>:<memory>, e.g. 0:16")
-        index = int(index_text)
-        gpus.append(
-            devices.Gpu(index, fake_uuid(index), parse_memory_mib(memory, f"--fake-gpus {part!r}"), "fake")
-        )
+        fields = part.split(":")
+        if not 2 <= len(fields) <= 4 or not fields[0].strip().isdigit():
+            raise InventoryError(
+                f"--fake-gpus: {part!r} is not <index>:<memory>[:<model>[:<compute capability>]], e.g. 0:16"
+            )
+        index = int(fields[0])
+        model = fields[2].strip() if len(fields) > 2 else "fake"
+        capability = _capability(fields[3] if len(fields) > 3 else "", f"--fake-gpus {part!r}")
+        memory = parse_memory_mib(fields[1], f"--fake-gpus {part!r}")
+        gpus.append(devices.Gpu(index, fake_uuid(index), memory, model or "fake", capability))
     if not gpus:
         raise InventoryError("--fake-gpus declares no GPU; write e.g. '0:16,1:16,2:24'")
     return FakeInventory(gpus)
 
 
 def load_inventory_file(path: Path) -> FakeInventory:
-    """A YAML or JSON file: `gpus: [{index: 0, memory: 16GiB, uuid: ..., model: ...}, ...]`."""
+    """A YAML or JSON file: `gpus: [{index: 0, memory: 16GiB, uuid: ..., model: ..., compute_capability:
+    "7.0"}, ...]`; uuid, model and compute_capability are optional."""
     try:
         text = path.read_text()
     except OSError as err:
@@ -106,14 +112,15 @@ def load_inventory_file(path: Path) -> FakeInventory:
             raise InventoryError(f"{where}: needs an integer 'index'")
         index = item["index"]
         memory = parse_memory_mib(item.get("memory"), where)
-        gpus.append(
-            devices.Gpu(index, str(item.get("uuid") or fake_uuid(index)), memory, str(item.get("model", "")))
-        )
+        capability = _capability(str(item.get("compute_capability", "")), where)
+        uuid_ = str(item.get("uuid") or fake_uuid(index))
+        gpus.append(devices.Gpu(index, uuid_, memory, str(item.get("model", "")), capability))
     return FakeInventory(gpus)
 
 
 class NvmlInventory:
-    """The node's GPUs from NVML: index, UUID, total memory, model. Read once; restart to rediscover."""
+    """The node's GPUs from NVML: index, UUID, total memory, model, compute capability. Read once; restart
+    to rediscover."""
 
     def __init__(self) -> None:
         import pynvml  # noqa: PLC0415  (lazy: only GPU nodes have libnvidia-ml)
@@ -130,6 +137,7 @@ class NvmlInventory:
                     uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
                     memory_mib=int(memory.total) // (1024 * 1024),
                     model=_text(pynvml.nvmlDeviceGetName(handle)),
+                    compute_capability=_nvml_capability(pynvml, handle),
                 )
             )
         devices.check_inventory(gpus)
@@ -140,6 +148,22 @@ class NvmlInventory:
 
     def close(self) -> None:
         self._nvml.nvmlShutdown()
+
+
+def _capability(text: str, where: str) -> str:
+    """A declared compute capability: "" (unknown) or "<major>.<minor>", e.g. "7.0"."""
+    text = text.strip()
+    if text and gpulabels.compute_capability(text) is None:
+        raise InventoryError(f"{where}: compute capability {text!r} is not <major>.<minor>, e.g. 7.0")
+    return text
+
+
+def _nvml_capability(nvml: Any, handle: Any) -> str:
+    try:
+        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
+    except Exception:  # an old driver without the call: unknown, so MPS is refused, never guessed
+        return ""
+    return f"{int(major)}.{int(minor)}"
 
 
 def _text(value: object) -> str:

@@ -1,20 +1,21 @@
 """What the plugin publishes on its Node, and the node labels it reads.
 
 Publishes `aliyun.com/gpu-count` in status capacity/allocatable (the kubelet keeps extended resources it
-does not own) and each GPU's memory and health as JSON in the `NODE_DEVICES_ANNOTATION`, the format
-the extender reads (fault 2: GPUs of different sizes stay apart). Re-publishes on every health change.
+does not own; 0 while the node's mode advertises no shares), each GPU's memory and health as JSON in the
+`NODE_DEVICES_ANNOTATION`, the format the extender reads (fault 2: GPUs of different sizes stay apart),
+and the GPU type labels (core/gpulabels.py). Re-publishes on every health or mode change.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kubernetes.client
 
-from webhook.core import resources
+from webhook.core import gpulabels, resources
 from webhook.deviceplugin.state import DeviceState
 from webhook.kube import errors, pods
 
@@ -22,14 +23,25 @@ log = logging.getLogger(__name__)
 
 
 class NodeLabels:
-    """The node's labels from its watch; `isolation_disabled` is the CGPU_DISABLE switch."""
+    """The node's labels from its watch; `isolation_disabled` is the CGPU_DISABLE switch, read at each
+    Allocate, so a label change applies to the next container without a restart."""
 
     def __init__(self) -> None:
         self.labels: Mapping[str, str] = {}
+        self._listeners: list[Callable[[Mapping[str, str]], None]] = []
+
+    def on_change(self, listener: Callable[[Mapping[str, str]], None]) -> None:
+        self._listeners.append(listener)
 
     def apply(self, kind: str, node: Mapping[str, Any]) -> None:
-        if kind != "DELETED":
-            self.labels = dict((node.get("metadata") or {}).get("labels") or {})
+        if kind == "DELETED":
+            return
+        labels = dict((node.get("metadata") or {}).get("labels") or {})
+        if labels == self.labels:
+            return
+        self.labels = labels
+        for listener in self._listeners:
+            listener(labels)
 
     def isolation_disabled(self) -> bool:
         return str(self.labels.get(resources.ISOLATION_KEY, "")).strip().lower() == "true"
@@ -71,6 +83,8 @@ class NodePublisher:
         """One round: status, then annotation. Raises errors.ApiError."""
         gpus = self.state.gpus
         healthy = len(gpus) - len(self.state.unhealthy)
+        if not self.state.advertised:  # a mode that does not share: no GPUs to count shares on
+            gpus, healthy = (), 0
         pods.patch_node_status(
             self.api,
             self.node_name,
@@ -82,6 +96,7 @@ class NodePublisher:
         pods.patch_node_annotations(
             self.api, self.node_name, {resources.NODE_DEVICES_ANNOTATION: self.state.node_devices().to_json()}
         )
+        pods.patch_node_labels(self.api, self.node_name, gpulabels.node_labels(self.state.gpus))
         self.published += 1
 
     def _run(self) -> None:
@@ -98,3 +113,11 @@ class NodePublisher:
                 log.warning("publishing GPUs on node %s failed: %s; retrying", self.node_name, err)
                 self._dirty.set()
                 self._stop.wait(self.retry_s)
+
+
+def forget_gpus(api: kubernetes.client.ApiClient, node_name: str) -> None:
+    """Remove the GPU type labels of a node whose GPUs are gone (the plugin then exits); best effort."""
+    try:
+        pods.patch_node_labels(api, node_name, gpulabels.node_labels(()))
+    except errors.ApiError as err:
+        log.warning("removing the GPU labels of node %s failed: %s", node_name, err)

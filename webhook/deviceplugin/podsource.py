@@ -26,8 +26,15 @@ log = logging.getLogger(__name__)
 class PodStore:
     """Pods by UID with their arrival number; `version` grows on every change; thread-safe."""
 
-    def __init__(self, names: resources.GpuResourceNames | None = None) -> None:
+    def __init__(
+        self,
+        names: resources.GpuResourceNames | None = None,
+        view: Callable[
+            [Mapping[str, Any], int, resources.GpuResourceNames], podviews.PodView | None
+        ] = podviews.pod_view,  # or core.cardviews.card_view: the whole-card endpoint's pods
+    ) -> None:
         self.names = names or resources.GpuResourceNames()
+        self.view = view
         self._views: dict[str, podviews.PodView] = {}
         self._arrival: dict[str, int] = {}
         self._next = 1
@@ -42,7 +49,7 @@ class PodStore:
     def _put(self, pod: Mapping[str, Any], arrival: int) -> None:
         uid = self._uid(pod)
         arrival = self._arrival.setdefault(uid, arrival)
-        view = podviews.pod_view(pod, arrival, self.names)
+        view = self.view(pod, arrival, self.names)
         if view is None:
             self._views.pop(uid, None)
         else:

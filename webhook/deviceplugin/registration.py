@@ -17,16 +17,19 @@ import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 
 from webhook.deviceplugin import server
+from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
+MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) on Linux, less the terminating NUL
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,16 @@ class RegistrationSettings:
     workers: int = 256
     stop_grace_s: float = 1.0
     missing_log_s: float = 30.0  # how often to repeat that kubelet.sock is missing
+
+
+class Service(Protocol):
+    """A DevicePlugin servicer the server can serve (the gpu-mem one, or the whole-card one): `stopping`
+    ends its ListAndWatch streams, and waking its state lets them notice."""
+
+    stopping: threading.Event
+
+    @property
+    def state(self) -> DeviceState: ...
 
 
 class AlreadyRunning(Exception):
@@ -58,7 +71,7 @@ def _identity(path: Path) -> tuple[int, int] | None:
 class PluginServer:
     """Owns the gRPC server instance and the register/restart loop (`start`, `stop`)."""
 
-    def __init__(self, service: server.DevicePluginService, settings: RegistrationSettings) -> None:
+    def __init__(self, service: Service, settings: RegistrationSettings) -> None:
         self.service = service
         self.settings = settings
         self.socket = settings.plugin_dir / settings.endpoint
@@ -122,7 +135,17 @@ class PluginServer:
             futures.ThreadPoolExecutor(max_workers=self.settings.workers, thread_name_prefix="dp")
         )
         api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, srv)  # type: ignore[no-untyped-call]
-        srv.add_insecure_port(f"unix://{self.socket}")
+        try:
+            srv.add_insecure_port(f"unix://{self.socket}")
+        except RuntimeError:
+            # gRPC only says "Failed to bind"; a path over the kernel's sun_path limit is the usual cause.
+            size = len(os.fsencode(self.socket))
+            raise OSError(
+                f"cannot create the socket {self.socket} ({size} bytes; a unix socket path holds at most "
+                f"{MAX_SOCKET_PATH}): use a shorter --device-plugin-dir"
+                if size > MAX_SOCKET_PATH
+                else f"cannot create the socket {self.socket}"
+            ) from None
         srv.start()
         self._server = srv
         self._served = _identity(self.socket)

@@ -113,7 +113,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
         responses = []
         for container in request.container_requests:
             try:
-                env = self.allocator.allocate(list(container.devices_ids))
+                answer = self.allocator.allocate(list(container.devices_ids))
             except AllocateError as err:
                 log.warning("Allocate refused: %s", err)
                 self.observer.allocated(time.perf_counter() - started, False)
@@ -121,7 +121,11 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                     grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
                 )
                 context.abort(code, str(err))
-            responses.append(api_pb2.ContainerAllocateResponse(envs=env))
+            mounts = [
+                api_pb2.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
+                for m in answer.mounts
+            ]
+            responses.append(api_pb2.ContainerAllocateResponse(envs=answer.envs, mounts=mounts))
         self.observer.allocated(time.perf_counter() - started, True)
         self.after_allocate()
         return api_pb2.AllocateResponse(container_responses=responses)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core import devices, resources
+from webhook.core import devices, mps, resources, wholecards
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_ENDPOINT = "aliyun-gpushare.sock"
@@ -28,6 +28,7 @@ class DevicePluginSettings:
     device_plugin_dir: Path = DEFAULT_PLUGIN_DIR
     endpoint: str = DEFAULT_ENDPOINT
     resource_name: str = resources.GPU_MEMORY
+    whole_card_resource: str = resources.NVIDIA_GPU  # served beside gpu-mem, on its own endpoint
     kubeconfig: str = ""
     api_host: str = ""  # explicit API URL (tests, local runs); wins over kubeconfig
     health_port: int = 0  # /healthz and /metrics on 0.0.0.0:<port>; 0 = off
@@ -36,6 +37,9 @@ class DevicePluginSettings:
     reconcile_s: float = 30.0  # reconcile with PodResources this often (and right after Allocates)
     api_timeout_s: float = 30.0  # exit 1 when the first list of this node's pods fails this long
     max_list_bytes: int = 2 * 1024 * 1024  # refuse to start above this ListAndWatch size (kubelet: 4 MB)
+    force_mps: bool = False  # --mps: MPS env and mounts on every sharing node, not only on mode mps
+    mps_pipe_dir: str = mps.DEFAULT_PIPE_DIRECTORY
+    mps_log_dir: str = mps.DEFAULT_LOG_DIRECTORY
     log_level: str = "info"
     log_format: str = "json"
 
@@ -58,5 +62,21 @@ class DevicePluginSettings:
             raise SettingsError("--api-timeout and --reconcile-period must be > 0 seconds")
         if not 0 <= self.health_port <= 65535:
             raise SettingsError(f"--health-port {self.health_port} is not a port")
+        for flag, value in (("--mps-pipe-dir", self.mps_pipe_dir), ("--mps-log-dir", self.mps_log_dir)):
+            if not value.startswith("/") or ":" in value or "," in value:
+                raise SettingsError(f"{flag} {value!r} must be an absolute host path without ':' or ','")
+        try:
+            wholecards.resource_name(self.whole_card_resource)
+        except ValueError as err:
+            raise SettingsError(f"--whole-card-resource: {err}") from None
+        if self.whole_card_resource == self.resource_name:
+            raise SettingsError(f"--whole-card-resource must differ from {self.resource_name}")
         self.granularity()
         return self
+
+    def card_endpoint(self) -> str:
+        """The whole-card endpoint's socket, named after `endpoint` (one endpoint per resource)."""
+        return f"{self.endpoint.removesuffix('.sock')}-wholecard.sock"
+
+    def mps_dirs(self) -> mps.MpsDirs:
+        return mps.MpsDirs(self.mps_pipe_dir, self.mps_log_dir)

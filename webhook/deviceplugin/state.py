@@ -19,6 +19,7 @@ class DeviceState:
         self.gpus = tuple(sorted(gpus, key=lambda g: g.index))
         self.granularity = granularity
         self._unhealthy: frozenset[int] = frozenset()
+        self._advertised = True  # False in a node mode that does not share (deviceplugin/nodemode.py)
         self._version = 0
         self._changed = threading.Condition()
         self._listeners: list[Callable[[], None]] = []
@@ -42,13 +43,36 @@ class DeviceState:
         for listener in listeners:
             listener()
 
+    @property
+    def advertised(self) -> bool:
+        return self._advertised
+
+    def set_advertised(self, advertised: bool) -> None:
+        """Advertise the devices or an empty list; streams and the node publisher follow at once."""
+        with self._changed:
+            if advertised == self._advertised:
+                return
+            self._advertised = advertised
+            self._version += 1
+            self._changed.notify_all()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()
+
     def on_change(self, listener: Callable[[], None]) -> None:
         self._listeners.append(listener)
 
     def snapshot(self) -> tuple[int, list[devices.FakeDevice]]:
         with self._changed:
-            version, unhealthy = self._version, self._unhealthy
+            version, unhealthy, advertised = self._version, self._unhealthy, self._advertised
+        if not advertised:
+            return version, []
         return version, devices.fake_devices(self.gpus, self.granularity, unhealthy)
+
+    def status(self) -> tuple[int, frozenset[int], bool]:
+        """(version, unhealthy GPU indexes, advertised) at one instant: the whole-card list is per GPU."""
+        with self._changed:
+            return self._version, self._unhealthy, self._advertised
 
     def wait_newer(self, version: int, timeout: float) -> int:
         """Block until the version differs from `version` or `timeout` passes; the current version."""

@@ -3,7 +3,8 @@
 Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error` (filter, bind), as
 kube-scheduler expects (contracts §5.2). Prioritize has no Error field: bad input gets 400 with one,
 and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards bind
-to the leader (`forward.py`).
+to the leader (`forward.py`). With a client CA (`settings.client_ca`) filter, prioritize, bind and inspect
+answer 403 to a caller without a verified client certificate; probes, metrics and version stay open.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -32,12 +33,17 @@ from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache, NodeView
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving import body as body_limit
-from webhook.serving import metrics, probes
+from webhook.serving import clientauth, metrics, probes
 
 log = logging.getLogger(__name__)
 METRICS_NAMESPACE = "gpushare_extender"
 INTERNAL_ERROR = "internal error in the gpushare extender (logged there); retry"
 UNENCODABLE = "the reply cannot be encoded as JSON (the Node objects sent are nested too deeply)"
+NO_CLIENT_CERTIFICATE = (
+    "the gpushare extender answers filter, prioritize, bind and inspect only to a caller with a client "
+    "certificate signed by its client CA (kube-scheduler: enableHTTPS and tlsConfig certFile/keyFile in "
+    "its extender configuration); this connection presented none"
+)
 
 
 class JSONResponse(StarletteJSONResponse):
@@ -109,6 +115,7 @@ def inspect_json(view: NodeView) -> dict[str, Any]:
         "usedGPU": sum(g.used for g in view.gpus),
         "devs": devices,
         "problems": list(view.problems),
+        "mode": view.mode,
     }
 
 
@@ -134,6 +141,8 @@ def build_app(
         timeout_s=settings.forward_timeout_s,
         ca_file=settings.forward_ca,
         server_name=settings.forward_server_name,
+        cert_file=settings.forward_cert,
+        key_file=settings.forward_key,
     )
     forwarded = Counter(
         "forwarded_binds",
@@ -250,13 +259,29 @@ def build_app(
             {"version": __version__, "leader": ext.leadership.is_leader(), **ext.cache.stats()}
         )
 
+    def caller_checked(
+        endpoint: str, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """`handler`, refusing callers without a verified client certificate when a client CA is set
+        (checked before the body is read)."""
+        if settings.client_ca is None:
+            return handler
+
+        async def checked(request: Request) -> Response:
+            if clientauth.client_name(request.scope) is None:
+                request_metrics.observe(endpoint, "unauthenticated", 0.0)
+                return JSONResponse({"Error": NO_CLIENT_CERTIFICATE}, status_code=403)
+            return await handler(request)
+
+        return checked
+
     prefix = settings.url_prefix.rstrip("/")
     routes = [
-        Route(f"{prefix}/filter", filter_, methods=["POST"]),
-        Route(f"{prefix}/prioritize", prioritize, methods=["POST"]),
-        Route(f"{prefix}/bind", bind, methods=["POST"]),
-        Route(f"{prefix}/inspect", inspect_all, methods=["GET"]),
-        Route(f"{prefix}/inspect/{{node}}", inspect_node, methods=["GET"]),
+        Route(f"{prefix}/filter", caller_checked("filter", filter_), methods=["POST"]),
+        Route(f"{prefix}/prioritize", caller_checked("prioritize", prioritize), methods=["POST"]),
+        Route(f"{prefix}/bind", caller_checked("bind", bind), methods=["POST"]),
+        Route(f"{prefix}/inspect", caller_checked("inspect", inspect_all), methods=["GET"]),
+        Route(f"{prefix}/inspect/{{node}}", caller_checked("inspect", inspect_node), methods=["GET"]),
         Route("/version", version, methods=["GET"]),
         *probes.probe_routes(ext.readiness, ext.registry),
     ]

@@ -12,19 +12,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.core import accounting, allocator, demand, resources
+from webhook.core import accounting, allocator, modes, resources, wholecards
 from webhook.core import annotations as ann
 from webhook.extender import cache as cache_mod
+from webhook.extender import wholecards as whole
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
 from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)
+
+
+# Picks the pod's GPU(s) from a node's GPUs (with their use) in the node's unit: the allocator's fit for
+# shares, wholecards.fit for whole cards. Both reserve and annotate through the same path.
+_Choose = Callable[[Sequence[accounting.Gpu], str], allocator.Fit | allocator.NoFit]
 
 
 class BindingApi(Protocol):
@@ -157,9 +163,33 @@ class Binder:
             return done
         if record.demand is None:
             return f"pod {args.key}: {record.demand_error}"
+        if record.cards.asks():
+            return self._bind_cards(args, uid, record.cards)
         if not record.demand.asks():
             return self._asks_nothing(args)
-        reserved = self._reserve(args, uid, record.demand, record.policy)
+        asked = record.demand
+        with self.cache.locked():
+            refused = self.cache.unshared().get(args.node)  # the mode label changed since filter
+            node_policy = self.cache.placement(args.node)
+        if refused is not None:
+            return f"node {args.node}: {refused}"
+        notes = {resources.PLACEMENT_POLICY_ANNOTATION: record.policy}
+        policy = modes.placement_policy(notes, node_policy, self.settings.default_policy)
+        return self._place(args, uid, lambda gpus, unit: allocator.fit(asked, gpus, policy, unit))
+
+    def _bind_cards(self, args: BindingArgs, uid: str, cards: wholecards.CardDemand) -> str:
+        """Whole cards: reserved and annotated like a share on a node our plugin serves; on a node where
+        NVIDIA's plugin serves them, a plain Binding (nothing of ours to count or to tell the plugin)."""
+        mode = whole.ours(self.cache, args.node)
+        if mode is None:
+            return self._send(args, uid, {}).error
+        if not isinstance(mode, modes.Mode):
+            return f"node {args.node}: {mode}"
+        return self._place(args, uid, lambda gpus, unit: wholecards.fit(cards, gpus))
+
+    def _place(self, args: BindingArgs, uid: str, choose: _Choose) -> str:
+        """Reserve what `choose` picks on the node, then create the Binding with its annotations."""
+        reserved = self._reserve(args, uid, choose)
         if isinstance(reserved, str):
             return reserved
         token, placement = reserved
@@ -177,8 +207,9 @@ class Binder:
 
     def _asks_nothing(self, args: BindingArgs) -> str:
         return (
-            f"pod {args.key} asks for no {self.cache.names.memory}: the gpushare extender binds only pods "
-            f"that do (list it in managedResources of the scheduler's extender configuration)"
+            f"pod {args.key} asks for no {self.cache.names.memory} and no {self.cache.names.whole_card}: "
+            "the gpushare extender binds only pods that do (list them in managedResources of the "
+            "scheduler's extender configuration)"
         )
 
     def _placed_already(self, args: BindingArgs, uid: str, record: cache_mod.PodRecord) -> str | None:
@@ -206,20 +237,17 @@ class Binder:
         if record.node and record.ended:
             return f"pod {args.key} is bound to node {record.node} and has finished or is being deleted"
         if record.node:
-            return _bound_answer(args, record.node, record.share is not None or bool(record.problem))
+            # Whole cards on a node NVIDIA's plugin serves carry no placement of ours.
+            plain = record.cards.asks() and whole.ours(self.cache, record.node) is None
+            return _bound_answer(args, record.node, record.share is not None or bool(record.problem) or plain)
         return None
 
-    def _reserve(
-        self, args: BindingArgs, uid: str, asked: demand.GpuMemoryDemand, policy_value: str
-    ) -> tuple[int, ann.Placement] | str:
-        policy = allocator.policy_of(
-            {resources.PLACEMENT_POLICY_ANNOTATION: policy_value}, self.settings.default_policy
-        )
+    def _reserve(self, args: BindingArgs, uid: str, choose: _Choose) -> tuple[int, ann.Placement] | str:
         with self._node_lock(args.node), self.cache.locked():
             ledger = self.cache.ledger(args.node)
             if ledger is None:
                 return f"node {args.node} is not known to the gpushare extender"
-            result = allocator.fit(asked, ledger.gpus(), policy, ledger.unit)
+            result = choose(ledger.gpus(), ledger.unit)
             if isinstance(result, allocator.NoFit):
                 return f"node {args.node}: {result.reason}"
             now = self._clock_ns()

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import accounting, demand, resources
+from webhook.core import accounting, allocator, demand, modes, resources, wholecards
 from webhook.core import annotations as ann
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
@@ -36,6 +36,7 @@ class PodRecord:
     problem: str = ""
     count_label: object = None  # the gpu-count label as last read: the only input of `demand` that may change
     ended: bool = False  # finished or being deleted: holds no memory any more
+    cards: wholecards.CardDemand = wholecards.NO_CARDS  # whole cards (nvidia.com/gpu) it asks for
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,7 @@ class NodeView:
     gpus: tuple[accounting.Gpu, ...]
     shares: tuple[accounting.PodShare, ...]
     problems: tuple[str, ...]
+    mode: str = ""  # the node's ack.node.gpu.schedule mode, "invalid" when its value is unknown
 
 
 def record_of(
@@ -80,14 +82,17 @@ def record_of(
     except ann.AnnotationError as err:
         share, problem = None, str(err)
     asked: demand.GpuMemoryDemand | None
+    cards = wholecards.NO_CARDS
     if previous is not None and previous.uid == uid and uid and previous.count_label == count_label:
-        asked, demand_error = previous.demand, previous.demand_error
+        asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
     else:
         try:
             asked, demand_error = demand.pod_demand(pod, names), ""
+            cards = wholecards.pod_cards(pod, names)
         except demand.DemandError as err:
             asked, demand_error = None, str(err)
-    if share is None and not problem and not demand_error and (asked is None or not asked.asks()):
+    asks = (asked is not None and asked.asks()) or cards.asks()
+    if share is None and not problem and not demand_error and not asks:
         return None
     return PodRecord(
         key=key,
@@ -100,6 +105,7 @@ def record_of(
         problem=problem,
         count_label=count_label,
         ended=not accounting.holds_memory(pod),
+        cards=cards,
     )
 
 
@@ -116,6 +122,13 @@ class Cache:
         self._lock = threading.RLock()
         self._ledgers: dict[str, accounting.Ledger] = {}
         self._nodes: set[str] = set()
+        # Each node's ack.node.gpu.schedule mode, or why its label cannot be read: whole cards on shared
+        # nodes are ours to place, on the others NVIDIA's plugin serves them.
+        self._modes: dict[str, modes.Mode | str] = {}
+        # Nodes whose mode takes no gpu-mem shares, with the reason filter gives (most clusters: none),
+        # and each node's ack.node.gpu.placement policy; both follow label changes at the next event.
+        self._unshared: dict[str, str] = {}
+        self._placements: dict[str, allocator.Policy] = {}
         self._pods: dict[str, PodRecord] = {}
         self._assumed: dict[str, Assumption] = {}
         self._tokens = itertools.count(1)
@@ -146,12 +159,28 @@ class Cache:
         with self._lock:
             if kind == DELETED:
                 self._nodes.discard(name)
+                self._modes.pop(name, None)
+                self._unshared.pop(name, None)
+                self._placements.pop(name, None)
                 self._dirty.add(name)
                 ledger = self._ledgers.get(name)
                 if ledger is not None:
                     ledger.set_devices(ann.NodeDevices(self.unit, ()), "node was deleted")
                 return
             self._nodes.add(name)
+            try:
+                self._modes[name] = modes.node_mode((node.get("metadata") or {}).get("labels"))
+            except modes.ModeError as err:
+                self._modes[name] = str(err)
+            labels = (node.get("metadata") or {}).get("labels")
+            problem = modes.sharing_problem(labels, self.names.memory)
+            placement = modes.node_placement(labels)
+            self._unshared.pop(name, None)
+            self._placements.pop(name, None)
+            if problem is not None:
+                self._unshared[name] = problem
+            if placement is not None:
+                self._placements[name] = placement
             try:
                 self._ledger(name).set_devices(accounting.node_devices(node, self.unit, self.names))
             except accounting.DevicesError as err:
@@ -170,6 +199,18 @@ class Cache:
 
     def knows_node(self, name: str) -> bool:
         return name in self._nodes
+
+    def unshared(self) -> Mapping[str, str]:
+        """Known nodes whose mode label takes no gpu-mem shares, with the reason. Hold `locked()`."""
+        return self._unshared
+
+    def placement(self, name: str) -> allocator.Policy | None:
+        """The node's `ack.node.gpu.placement` policy; None when unset or unknown."""
+        return self._placements.get(name)
+
+    def mode(self, name: str) -> modes.Mode | str | None:
+        """The node's mode; a string saying why its mode label is unreadable; None for an unknown node."""
+        return self._modes.get(name) if name in self._nodes else None
 
     # --- pods --------------------------------------------------------------------------------------
 
@@ -339,7 +380,11 @@ class Cache:
             problems += [
                 f"pod {r.key}: {r.problem}" for r in self._pods.values() if r.node == node and r.problem
             ]
-            return NodeView(node, ledger.unit, ledger.gpus(), ledger.shares(), tuple(problems))
+            mode = self._modes.get(node)
+            if isinstance(mode, str) and not isinstance(mode, modes.Mode):  # the label's problem
+                problems.append(mode)
+            shown = mode.value if isinstance(mode, modes.Mode) else "invalid" if mode else ""
+            return NodeView(node, ledger.unit, ledger.gpus(), ledger.shares(), tuple(problems), shown)
 
     def stats(self) -> dict[str, int]:
         with self._lock:

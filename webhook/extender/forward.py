@@ -55,7 +55,8 @@ class _HTTPSConnection(http.client.HTTPSConnection):
 
 
 class Forwarder:
-    """Sends bind bodies to the leader. `ca_file` verifies an HTTPS leader (None: the system store)."""
+    """Sends bind bodies to the leader. `ca_file` verifies an HTTPS leader (None: the system store);
+    `cert_file`/`key_file`, when given, are the client certificate the leader asks for."""
 
     def __init__(
         self,
@@ -63,25 +64,48 @@ class Forwarder:
         timeout_s: float = 3.0,
         ca_file: Path | None = None,
         server_name: str = "",
+        *,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
     ) -> None:
         self.path = url_prefix.rstrip("/") + "/bind"
         self.timeout_s = timeout_s
         self.ca_file = ca_file
         self.server_name = server_name
+        self.cert_file = cert_file
+        self.key_file = key_file
         self._context: ssl.SSLContext | None = None
+        self._built_from: tuple[tuple[int, int], ...] = ()
         self._context_lock = threading.Lock()
 
+    def _stamp(self) -> tuple[tuple[int, int], ...]:
+        """Size and mtime of the files the context is built from: a rotated Secret changes them."""
+        out = []
+        for path in (self.ca_file, self.cert_file, self.key_file):
+            if path is not None:
+                try:
+                    st = path.stat()
+                except OSError:
+                    out.append((-1, -1))
+                else:
+                    out.append((st.st_size, st.st_mtime_ns))
+        return tuple(out)
+
     def _tls(self) -> ssl.SSLContext:
-        # Built on first use: loading the system store takes tens of ms, and HTTP-only setups never need it.
+        # Built on first use (loading the system store takes tens of ms, and HTTP-only setups never need
+        # it) and again when the files change, so a renewed client certificate is presented.
         with self._context_lock:
-            if self._context is None:
+            stamp = self._stamp()
+            if self._context is None or stamp != self._built_from:
                 context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the host name
                 context.minimum_version = ssl.TLSVersion.TLSv1_2
                 if self.ca_file is not None:
                     context.load_verify_locations(cafile=self.ca_file)
                 else:
                     context.load_default_certs()
-                self._context = context
+                if self.cert_file is not None and self.key_file is not None:
+                    context.load_cert_chain(self.cert_file, self.key_file)
+                self._context, self._built_from = context, stamp
             return self._context
 
     def bind(self, leader_url: str, body: bytes) -> Forwarded:
@@ -100,7 +124,11 @@ class Forwarder:
             try:
                 context = self._tls()
             except (OSError, ssl.SSLError) as err:
-                return Forwarded(UNREACHABLE, f"forwarding the bind to {target}: CA {self.ca_file}: {err}")
+                parts = [f"CA {self.ca_file}"] if self.ca_file else []
+                if self.cert_file:
+                    parts.append(f"client certificate {self.cert_file} with key {self.key_file}")
+                where = ", ".join(parts) or "the system trust store"
+                return Forwarded(UNREACHABLE, f"forwarding the bind to {target}: {where}: {err}")
             conn = _HTTPSConnection(
                 parts.hostname, port, timeout=self.timeout_s, context=context, server_name=self.server_name
             )

@@ -6,10 +6,11 @@ answer them too. Filter takes the cache lock once for all nodes, so every node i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.core import allocator, demand
+from webhook.core import allocator, demand, modes, wholecards
+from webhook.extender import wholecards as whole
 from webhook.extender import wire
 from webhook.extender.cache import Cache
 
@@ -23,8 +24,11 @@ def filter_nodes(
     try:
         # In the cache's unit, so "write 3; the unit is GiB" names the unit the nodes are counted in.
         asked = demand.pod_demand(args.pod, cache.names, cache.unit)
+        cards = wholecards.pod_cards(args.pod, cache.names)
     except demand.DemandError as err:
         return wire.filter_result(args, [], unresolvable=dict.fromkeys(args.node_names, str(err)))
+    if cards.asks():
+        return whole.filter_nodes(cache, args, cards)
     if not asked.asks():
         return wire.filter_result(args, list(args.node_names))
     policy = allocator.policy_of(_annotations(args.pod), default_policy)
@@ -36,15 +40,21 @@ def filter_nodes(
     # kept per node by the cache: with 5,000 nodes per call this loop is the whole cost of filter.
     whole_only = asked.gpu_count == 1 and sum(1 for u in asked.containers if u) <= 1
     with cache.locked():
+        # Nodes whose mode (ack.node.gpu.schedule) takes no shares: preemption cannot help there.
+        blocked = cache.unshared()
+        names: Sequence[str] = args.node_names
+        if blocked:
+            names = [name for name in args.node_names if name not in blocked]
+            unresolvable = {name: blocked[name] for name in args.node_names if name in blocked}
         largest = cache.largest_free()
         if whole_only:
             get = largest.get
-            passed = [name for name in args.node_names if get(name, -1) >= need]
+            passed = [name for name in names if get(name, -1) >= need]
             if len(passed) == len(args.node_names):
                 return wire.filter_result(args, passed)
-            rest = [name for name in args.node_names if get(name, -1) < need]
+            rest = [name for name in names if get(name, -1) < need]
         else:
-            rest = list(args.node_names)
+            rest = list(names)
         messages: dict[int, str] = {}  # one string per distinct largest-free value, not one per node
         for name in rest:
             top = largest.get(name)
@@ -91,13 +101,20 @@ def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.
     """0..10 per node; 0 for nodes where the pod does not fit or that the cache does not know."""
     try:
         asked = demand.pod_demand(args.pod, cache.names, cache.unit)
+        cards = wholecards.pod_cards(args.pod, cache.names)
     except demand.DemandError:
         return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
-    policy = allocator.policy_of(_annotations(args.pod), default_policy)
+    if cards.asks():
+        # Every empty GPU is alike to a whole card: the extender has no preference among the nodes
+        # that passed, and leaves the ranking to kube-scheduler's own scores.
+        return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
+    notes = _annotations(args.pod)
     scores: dict[str, int] = {}
     with cache.locked():
         for name in args.node_names:
             ledger = cache.ledger(name)
+            # The pod's annotation, else the node's ack.node.gpu.placement label, else --policy.
+            policy = modes.placement_policy(notes, cache.placement(name), default_policy)
             scores[name] = (
                 allocator.MIN_SCORE if ledger is None else allocator.score(asked, ledger.gpus(), policy)
             )

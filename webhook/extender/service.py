@@ -59,7 +59,13 @@ class Extender:
         self.app = app_mod.ExtenderApp(self.cache, self.binder, settings, leadership)
         serving_tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
-            serving_tls = tls.TlsFiles(cert=Path(settings.tls_cert), key=Path(settings.tls_key))
+            serving_tls = tls.TlsFiles(
+                cert=Path(settings.tls_cert), key=Path(settings.tls_key), client_ca=settings.client_ca
+            )
+        elif settings.client_ca is not None:
+            raise ValueError("a client CA needs a serving certificate: client certificates need HTTPS")
+        if settings.client_ca is None:
+            log.warning("no client CA: anyone who reaches this port can bind pods (serve with --client-ca)")
         self.server = AppServer(
             app_mod.build_app(self.app),
             ServeOptions(host=settings.host, port=settings.port, tls=serving_tls),

@@ -32,6 +32,9 @@ class ExtenderSettings:
     port: int = DEFAULT_PORT
     tls_cert: Path | None = None
     tls_key: Path | None = None
+    # CA bundle verifying callers' client certificates: filter, prioritize, bind and inspect then refuse
+    # callers without one (kube-scheduler presents it through its extender tlsConfig). Needs tls_cert.
+    client_ca: Path | None = None
     kubeconfig: str | None = None
     api_server: str | None = None  # explicit API URL (tests, kubectl proxy); else kubeconfig/in-cluster
     memory_unit: str = "GiB"
@@ -48,6 +51,9 @@ class ExtenderSettings:
     advertise_url: str = ""
     forward_ca: Path | None = None  # CA bundle for HTTPS binds forwarded to the leader; None: system store
     forward_server_name: str = ""  # name the leader's certificate must carry; "": the host of its URL
+    # Client certificate a follower presents to the leader (which asks for one when it has client_ca).
+    forward_cert: Path | None = None
+    forward_key: Path | None = None
     # Below kube-scheduler's default httpTimeout (5 s), so a follower answers before the scheduler gives up.
     forward_timeout_s: float = 3.0
     log_level: str = "info"

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from webhook.core import templates
+from webhook.core import jsonnumbers, templates
 
 
 class WireError(ValueError):
@@ -65,14 +65,10 @@ class BindingArgs:
         return f"{self.pod_namespace}/{self.pod_name}"
 
 
-def _no_constant(name: str) -> Any:
-    # Python accepts NaN and Infinity; Go's encoding/json (kube-scheduler's side) never writes them.
-    raise ValueError(f"{name} is not a JSON value")
-
-
 def parse_json(body: bytes) -> Any:
     try:
-        return json.loads(body, parse_constant=_no_constant)
+        # Python accepts NaN and Infinity; Go's encoding/json (kube-scheduler's side) never writes them.
+        return json.loads(body, parse_int=jsonnumbers.read_int, parse_constant=jsonnumbers.refuse_constant)
     except (ValueError, UnicodeDecodeError) as err:
         raise WireError(f"request body is not JSON: {err}") from None
     except RecursionError:

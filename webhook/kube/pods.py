@@ -119,6 +119,18 @@ def patch_node_annotations(
     return node
 
 
+def patch_node_labels(api: kubernetes.client.ApiClient, name: str, labels: Mapping[str, str | None]) -> Obj:
+    """Merge-patch node labels (None removes a key); the patched node."""
+    node: Obj = rest.request(
+        api,
+        "PATCH",
+        rest.path("nodes", name),
+        body={"metadata": {"labels": dict(labels)}},
+        content_type=rest.MERGE_PATCH,
+    )
+    return node
+
+
 def patch_node_status(api: kubernetes.client.ApiClient, name: str, status: Mapping[str, Any]) -> Obj:
     """Merge-patch the nodes/status subresource with `status` (e.g. {"capacity": {...}})."""
     node: Obj = rest.request(

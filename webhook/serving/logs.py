@@ -172,3 +172,5 @@ def configure(level: str = "info", fmt: str = "json", stream: TextIO | None = No
     access = logging.getLogger("uvicorn.access")
     access.handlers = []
     access.propagate = False
+    # urllib3 warns on each retry with a long repr; webhook.kube logs the failure once, in words.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)

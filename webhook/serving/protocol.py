@@ -17,6 +17,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from webhook.serving import clientauth
+
 log = logging.getLogger(__name__)
 
 
@@ -49,9 +51,12 @@ class GuardedProtocol(HttpToolsProtocol):
         self._deadline: asyncio.TimerHandle | None = None
         self._reading = False  # bytes of the next request arrived: a header timeout answers 408
         self._in_body = False  # the deadline running is the body's
+        self._tls: dict[object, object] | None = None  # the ASGI TLS extension of this connection
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # The handshake is done before connection_made: the client's certificate is known now.
+        self._tls = clientauth.tls_extension(transport.get_extra_info("ssl_object"))
         if len(self.connections) > self.limits.max_connections:
             # Refused before reading anything: cheaper than queueing and clearer than a reset.
             transport.write(_BUSY)
@@ -70,6 +75,11 @@ class GuardedProtocol(HttpToolsProtocol):
             self._arm(self.limits.header_timeout_s)  # first byte of the next request on a kept-alive one
         self._reading = True
         super().data_received(data)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._tls is not None:
+            self.scope["extensions"] = {clientauth.TLS_EXTENSION: self._tls}
 
     def on_headers_complete(self) -> None:
         super().on_headers_complete()

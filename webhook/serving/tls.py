@@ -4,6 +4,9 @@
 ClientHello, hands each new handshake the newest context, so established connections keep theirs and no
 request in flight fails. Also writes the development certificate directory (`tls.crt`, `tls.key`,
 `ca.crt`, `ca.key`: the Kubernetes TLS Secret layout, so a mounted Secret works as the directory).
+With `client_ca` the server also asks each client for a certificate (optional at the TLS layer, so a
+kubelet probe without one still connects; one that fails verification ends the handshake) and the app
+reads the verified name from the scope (`serving.clientauth`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ class TlsFiles:
 
     cert: Path
     key: Path
+    client_ca: Path | None = None  # CA bundle (PEM) that verifies client certificates; None: none asked
 
     @classmethod
     def in_dir(cls, cert_dir: Path) -> TlsFiles:
@@ -48,9 +52,14 @@ class TlsFiles:
     def exist(self) -> bool:
         return self.cert.is_file() and self.key.is_file()
 
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return (self.cert, self.key) if self.client_ca is None else (self.cert, self.key, self.client_ca)
+
 
 def server_context(files: TlsFiles) -> ssl.SSLContext:
-    """A TLS server context (TLS 1.2 minimum, HTTP/1.1 ALPN) holding the files' certificate and key."""
+    """A TLS server context (TLS 1.2 minimum, HTTP/1.1 ALPN) holding the files' certificate and key,
+    and asking for client certificates signed by `files.client_ca` when it is set."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     # The API server forces HTTP/1.1 for service references (contracts §1.4); uvicorn speaks only that.
@@ -59,6 +68,16 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
         ctx.load_cert_chain(files.cert, files.key)
     except (OSError, ssl.SSLError) as exc:
         raise TlsError(f"cannot load certificate {files.cert} with key {files.key}: {exc}") from exc
+    if files.client_ca is not None:
+        # OPTIONAL, not REQUIRED: probes and Prometheus connect without one; the app refuses the
+        # scheduler's routes to them. A certificate that does not verify still ends the handshake.
+        # Every reloaded context keeps this mode: OpenSSL keeps the first context's verify mode on a
+        # connection whose context the SNI callback swaps (the CA store does follow the new context).
+        ctx.verify_mode = ssl.CERT_OPTIONAL
+        try:
+            ctx.load_verify_locations(cafile=files.client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsError(f"cannot load client CA {files.client_ca}: {exc}") from exc
     return ctx
 
 
@@ -71,7 +90,7 @@ class ReloadingContext:
         self.files = files
         self._seen = self._read()
         self._current = server_context(files)
-        self._failed: tuple[bytes, bytes] | None = None
+        self._failed: tuple[bytes, ...] | None = None
         self.reloads = 0
         self.context = self._current
         self.context.sni_callback = self._pick
@@ -83,11 +102,12 @@ class ReloadingContext:
         if current is not ctx:
             conn.context = current
 
-    def _read(self) -> tuple[bytes, bytes]:
+    def _read(self) -> tuple[bytes, ...]:
         try:
-            return self.files.cert.read_bytes(), self.files.key.read_bytes()
+            return tuple(path.read_bytes() for path in self.files.paths)
         except OSError as exc:
-            raise TlsError(f"cannot read {self.files.cert} / {self.files.key}: {exc}") from exc
+            names = " / ".join(str(p) for p in self.files.paths)
+            raise TlsError(f"cannot read {names}: {exc}") from exc
 
     def reload_if_changed(self) -> bool:
         """Swap in the files' certificate when their contents changed and load cleanly; True if swapped."""

@@ -9,6 +9,7 @@ keys come from the same values the matchConditions use, so both agree on what a 
   "resources" (dict "memory" $g.memory "count" $g.count "wholeDevice" $g.wholeDevice "wholeDevicePrefixes" $g.wholeDevicePrefixes)
   "isolation" (dict "labelKey" $i.labelKey "annotationKey" $i.annotationKey "envName" $i.envName "default" $i.default)
   "excludedNamespaces" (uniq (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces))
+  "memoryUnit" (include "gpushare.memoryUnit" .)
 -}}
 {{- if eq .Values.scheduler.mode "second" }}
 {{- $_ := set $cfg "schedulerName" .Values.scheduler.schedulerName }}

@@ -6,7 +6,15 @@
 - --mib-per-device={{ .Values.gpuMemory.mibPerDevice }}
 {{- end }}
 - --device-plugin-dir={{ .Values.devicePlugin.devicePluginDir }}
+- --whole-card-resource={{ .Values.gpuResources.wholeCard }}
 - --health-port={{ .Values.devicePlugin.healthPort }}
+{{- with .Values.devicePlugin.mps }}
+{{- if .enabled }}
+- --mps
+{{- end }}
+- --mps-pipe-dir={{ .pipeDir }}
+- --mps-log-dir={{ .logDir }}
+{{- end }}
 - --log-format={{ .Values.logFormat }}
 - --log-level={{ .Values.logLevel }}
 {{- end }}

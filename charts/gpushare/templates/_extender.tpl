@@ -4,13 +4,24 @@
 - --host=0.0.0.0
 - --port={{ .Values.extender.port }}
 - --memory-unit={{ include "gpushare.memoryUnit" . }}
+- --whole-card-resource={{ .Values.gpuResources.wholeCard }}
+{{- $dir := include "gpushare.extender.tlsDir" . }}
+{{- /* HTTPS, and only callers with the Secret's client certificate (kube-scheduler's tlsConfig) get
+filter, prioritize, bind and inspect. */}}
+- --tls-cert={{ $dir }}/tls.crt
+- --tls-key={{ $dir }}/tls.key
+- --client-ca={{ $dir }}/ca.crt
 {{- if .Values.extender.leaderElection.enabled }}
 - --leader-elect
 - --lease-name={{ .Values.extender.leaderElection.leaseName }}
 - --lease-namespace={{ .Release.Namespace }}
 {{- /* Followers forward bind to the leader at the URL it publishes on the Lease; the kubelet expands
-$(POD_IP) from the container's env. The extender serves plain HTTP in this chart. */}}
-- --advertise-url=http://$(POD_IP):{{ .Values.extender.port }}
+$(POD_IP) from the container's env. The leader's certificate names the Service, not the pod IP. */}}
+- --advertise-url=https://$(POD_IP):{{ .Values.extender.port }}
+- --forward-ca={{ $dir }}/ca.crt
+- --forward-server-name={{ include "gpushare.extender.serverName" . }}
+- --forward-cert={{ $dir }}/client.crt
+- --forward-key={{ $dir }}/client.key
 {{- end }}
 - --log-format={{ .Values.logFormat }}
 - --log-level={{ .Values.logLevel }}
@@ -46,12 +57,22 @@ $(POD_IP) from the container's env. The extender serves plain HTTP in this chart
   prioritizeVerb: prioritize
   bindVerb: bind
   weight: {{ .Values.extender.weight }}
-  enableHTTPS: false
+  enableHTTPS: true
+  {{- $dir := .Values.extender.tls.schedulerCertDir }}
+  tlsConfig:
+    serverName: {{ include "gpushare.extender.serverName" . }}
+    caFile: {{ $dir }}/ca.crt
+    certFile: {{ $dir }}/client.crt
+    keyFile: {{ $dir }}/client.key
   nodeCacheCapable: true
   httpTimeout: {{ .Values.extender.httpTimeout }}
   ignorable: false
   managedResources:
     - name: {{ .Values.gpuResources.memory }}
+      ignoredByScheduler: false
+    {{- /* Whole cards too: on shared nodes our plugin serves them and the extender keeps them off GPUs
+    that hold shares; on default nodes it passes them through. The scheduler still counts them. */}}
+    - name: {{ .Values.gpuResources.wholeCard }}
       ignoredByScheduler: false
 {{- end }}
 
@@ -68,4 +89,87 @@ profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
 extenders:
   {{- include "gpushare.extender.schedulerEntry" . | nindent 2 }}
+{{- end }}
+
+{{/* Where the extender container reads its certificates (the projected volume below). */}}
+{{- define "gpushare.extender.tlsDir" -}}/etc/gpushare/extender-tls{{- end }}
+
+{{/* The name the extender's serving certificate holds and kube-scheduler checks (tlsConfig.serverName),
+whatever host urlPrefix dials (a ClusterIP, a NodePort on 127.0.0.1). */}}
+{{- define "gpushare.extender.serverName" -}}
+{{ include "gpushare.extender.name" . }}.{{ .Release.Namespace }}.svc
+{{- end }}
+
+{{- define "gpushare.extender.dnsNames" -}}
+{{- $svc := include "gpushare.extender.name" . -}}
+- {{ $svc }}
+- {{ $svc }}.{{ .Release.Namespace }}
+- {{ $svc }}.{{ .Release.Namespace }}.svc
+- {{ $svc }}.{{ .Release.Namespace }}.svc.cluster.local
+{{- end }}
+
+{{/* The extender's Secret: serving pair, client pair and CA (selfManaged: also ca.key, never mounted).
+cert-manager issues the client pair into a second Secret. */}}
+{{- define "gpushare.extender.tlsSecret" -}}{{ include "gpushare.extender.name" . }}-tls{{- end }}
+{{- define "gpushare.extender.clientSecret" -}}{{ include "gpushare.extender.name" . }}-client-tls{{- end }}
+
+{{/* A projected volume of the extender's certificates; (dict "root" $ "for" "extender"|"scheduler").
+The extender gets tls.crt, tls.key, ca.crt, client.crt, client.key; kube-scheduler only ca.crt,
+client.crt, client.key. Same file names in every certificates.mode. */}}
+{{- define "gpushare.extender.tlsVolume" -}}
+{{- $root := .root -}}
+{{- $server := eq .for "extender" -}}
+projected:
+  defaultMode: 0440
+  sources:
+    {{- if eq $root.Values.certificates.mode "certManager" }}
+    {{- if $server }}
+    - secret:
+        name: {{ include "gpushare.extender.tlsSecret" $root }}
+        items: [{key: tls.crt, path: tls.crt}, {key: tls.key, path: tls.key}, {key: ca.crt, path: ca.crt}]
+    - secret:
+        name: {{ include "gpushare.extender.clientSecret" $root }}
+        items: [{key: tls.crt, path: client.crt}, {key: tls.key, path: client.key}]
+    {{- else }}
+    - secret:
+        name: {{ include "gpushare.extender.clientSecret" $root }}
+        items: [{key: ca.crt, path: ca.crt}, {key: tls.crt, path: client.crt}, {key: tls.key, path: client.key}]
+    {{- end }}
+    {{- else }}
+    - secret:
+        name: {{ include "gpushare.extender.tlsSecret" $root }}
+        items:
+          {{- if $server }}
+          - {key: tls.crt, path: tls.crt}
+          - {key: tls.key, path: tls.key}
+          {{- end }}
+          - {key: ca.crt, path: ca.crt}
+          - {key: client.crt, path: client.crt}
+          - {key: client.key, path: client.key}
+    {{- end }}
+{{- end }}
+
+{{/* The ensure-certs container that keeps the extender's Secret (selfManaged). */}}
+{{- define "gpushare.extender.certgenContainer" -}}
+{{- $root := . -}}
+{{- $c := .Values.certificates.selfManaged -}}
+- name: ensure-extender-certs
+  image: {{ include "gpushare.image" $root }}
+  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  args:
+    - ensure-certs
+    - --namespace={{ .Release.Namespace }}
+    - --secret={{ include "gpushare.extender.tlsSecret" $root }}
+    {{- range (include "gpushare.extender.dnsNames" $root | fromYamlArray) }}
+    - --service-dns={{ . }}
+    {{- end }}
+    - --client-name={{ .Values.extender.tls.clientName }}
+    - --ca-valid-days={{ $c.caValidityDays }}
+    - --valid-days={{ $c.validityDays }}
+    - --renew-before-days={{ $c.renewBeforeDays }}
+    - --log-format={{ .Values.logFormat }}
+  resources:
+    {{- toYaml $c.resources | nindent 4 }}
+  securityContext:
+    {{- include "gpushare.securityContext" $root | nindent 4 }}
 {{- end }}

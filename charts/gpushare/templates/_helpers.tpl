@@ -85,9 +85,12 @@ app.kubernetes.io/component: {{ .component }}
 {{/* The extender's base URL as kube-scheduler calls it. */}}
 {{- define "gpushare.extender.urlPrefix" -}}
 {{- if .Values.extender.urlPrefix }}
+{{- if not (hasPrefix "https://" .Values.extender.urlPrefix) }}
+{{- fail "extender.urlPrefix must be an https:// URL: the extender serves only HTTPS and authenticates kube-scheduler by its client certificate" }}
+{{- end }}
 {{- .Values.extender.urlPrefix }}
 {{- else }}
-{{- printf "http://%s.%s.svc:%d/gpushare-scheduler" (include "gpushare.extender.name" .) .Release.Namespace (int .Values.extender.port) }}
+{{- printf "https://%s.%s.svc:%d/gpushare-scheduler" (include "gpushare.extender.name" .) .Release.Namespace (int .Values.extender.port) }}
 {{- end }}
 {{- end }}
 
@@ -226,6 +229,7 @@ imagePullSecrets:
 securityContext:
   {{- include "gpushare.podSecurityContext" $root | nindent 2 }}
 containers:
+  {{- if $root.Values.webhook.enabled }}
   - name: ensure-certs
     image: {{ include "gpushare.image" $root }}
     imagePullPolicy: {{ $root.Values.image.pullPolicy }}
@@ -246,6 +250,10 @@ containers:
       {{- toYaml $c.resources | nindent 6 }}
     securityContext:
       {{- include "gpushare.securityContext" $root | nindent 6 }}
+  {{- end }}
+  {{- if $root.Values.extender.enabled }}
+  {{- include "gpushare.extender.certgenContainer" $root | nindent 2 }}
+  {{- end }}
 {{- with $root.Values.webhook.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}

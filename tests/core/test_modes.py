@@ -1,0 +1,66 @@
+"""Node modes, what a gpu-mem pod may do on each, and the placement order pod > node > default."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook.core import modes, resources
+from webhook.core.allocator import Policy
+
+
+@pytest.mark.parametrize(
+    ("labels", "mode"),
+    [
+        ({}, modes.Mode.SHARE),
+        ({modes.MODE_LABEL: "cgpu"}, modes.Mode.CGPU),
+        ({modes.MODE_LABEL: "mps"}, modes.Mode.MPS),
+    ],
+    ids=["unlabelled-is-legacy-share", "cgpu", "mps"],
+)
+def test_node_mode_reads_the_ack_label_and_an_unlabelled_node_keeps_sharing(labels, mode):
+    assert modes.node_mode(labels) is mode
+    assert mode.shares
+
+
+def test_an_unknown_mode_value_is_refused_naming_the_label_and_the_values():
+    with pytest.raises(
+        modes.ModeError, match=r"ack.node.gpu.schedule='Cgpu' is not a known mode; use one of"
+    ):
+        modes.node_mode({modes.MODE_LABEL: "Cgpu"})
+
+
+@pytest.mark.parametrize("mode", ["share", "cgpu", "mps"])
+def test_sharing_modes_take_gpu_memory_pods(mode):
+    assert modes.sharing_problem({modes.MODE_LABEL: mode}) is None
+
+
+@pytest.mark.parametrize("mode", ["default", "topology"])
+def test_whole_card_modes_refuse_gpu_memory_pods_naming_the_label_value(mode):
+    problem = modes.sharing_problem({modes.MODE_LABEL: mode})
+    assert problem is not None
+    assert f"node label ack.node.gpu.schedule={mode}: the node serves whole GPUs only" in problem
+    assert resources.GPU_MEMORY in problem
+
+
+def test_an_unknown_mode_refuses_gpu_memory_pods_with_the_labels_problem():
+    assert "is not a known mode" in str(modes.sharing_problem({modes.MODE_LABEL: "fast"}))
+
+
+@pytest.mark.parametrize(
+    ("pod", "node", "expected"),
+    [
+        ({resources.PLACEMENT_POLICY_ANNOTATION: "binpack"}, Policy.SPREAD, Policy.BINPACK),
+        ({}, Policy.SPREAD, Policy.SPREAD),
+        ({}, None, Policy.BINPACK),
+        ({resources.PLACEMENT_POLICY_ANNOTATION: "sideways"}, Policy.SPREAD, Policy.SPREAD),
+    ],
+    ids=["pod-wins", "node-over-default", "default", "unknown-pod-value-falls-to-node"],
+)
+def test_placement_order_is_pod_annotation_then_node_label_then_default(pod, node, expected):
+    assert modes.placement_policy(pod, node, Policy.BINPACK) is expected
+
+
+def test_node_placement_label_unknown_or_absent_gives_none():
+    assert modes.node_placement({modes.PLACEMENT_LABEL: "spread"}) is Policy.SPREAD
+    assert modes.node_placement({modes.PLACEMENT_LABEL: "tight"}) is None
+    assert modes.node_placement(None) is None

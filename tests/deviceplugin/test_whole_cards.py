@@ -1,0 +1,206 @@
+"""Whole cards beside shares: the whole plugin (app.Plugin) against the API stand-in serves a second
+endpoint, one device per GPU, and the kubelet stand-in registers, lists, asks and allocates over the real
+gRPC, with its PodResources API on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.deviceplugin.conftest import pod_resources_socket, short_dir
+from tests.standins.kubelet import Kubelet
+from webhook.cli import serve_device_plugin
+from webhook.core import annotations as ann
+from webhook.core import modes, resources
+from webhook.devcluster.standin.apiserver import ApiServer
+from webhook.deviceplugin import app
+from webhook.deviceplugin.settings import DevicePluginSettings
+
+CARDS = resources.NVIDIA_GPU
+Start = Callable[..., tuple[app.Plugin, Kubelet]]
+
+
+@pytest.fixture
+def start(apiserver: ApiServer, tmp_path: Path) -> Iterator[Start]:
+    running: list[tuple[app.Plugin, Kubelet]] = []
+
+    def make(
+        labels: dict[str, str] | None = None, fake_gpus: str = "0:16,1:16,2:16", **settings: Any
+    ) -> tuple[app.Plugin, Kubelet]:
+        apiserver.add_node("node-1", labels=labels or {})
+        plugin_dir = short_dir(tmp_path)
+        socket = pod_resources_socket(tmp_path)
+        kubelet = Kubelet(plugin_dir, pod_resources=socket, also=(CARDS,)).start()
+        config = DevicePluginSettings(
+            node_name="node-1",
+            fake_gpus=fake_gpus,
+            api_host=apiserver.url,
+            device_plugin_dir=plugin_dir,
+            endpoint="gpushare.sock",
+            **{"pod_resources_socket": socket, "allocate_wait_s": 0.3, **settings},
+        )
+        plugin = app.Plugin(config).start()
+        running.append((plugin, kubelet))
+        kubelet.wait(lambda k: k.messages >= 1 and k.resource(CARDS).messages >= 1, timeout=10)
+        return plugin, kubelet
+
+    yield make
+    for plugin, kubelet in running:
+        plugin.stop()
+        kubelet.stop()
+
+
+def _card_pod(
+    apiserver: ApiServer, name: str, placed: dict[int, dict[int, int]] | None, *counts: int, assume: int = 1
+) -> dict[str, Any]:
+    """A pod asking `counts` whole cards per container, with the extender's placement (None: bypassed)."""
+    containers = [
+        {"name": f"c{i}", "image": "busybox", "resources": {"limits": {CARDS: str(n)}}}
+        for i, n in enumerate(counts or (1,))
+    ]
+    notes = ann.encode(ann.Placement(ann.Allocation(placed), 16, assume)) if placed is not None else {}
+    return apiserver.add_pod(
+        name, containers=containers, node_name="node-1", annotations=notes, uid=f"uid-{name}"
+    )
+
+
+def _uuids(plugin: app.Plugin) -> list[str]:
+    """The card IDs: the fake GPUs' UUIDs, by index."""
+    return [g.uuid for g in plugin.state.gpus]
+
+
+def _seen(apiserver: ApiServer, plugin: app.Plugin, count: int) -> None:
+    apiserver.wait_for(lambda: len(plugin.card_pods.snapshot()[1]) == count, what="pods in the watch")
+
+
+def test_the_plugin_registers_whole_cards_on_their_own_socket_one_device_per_gpu(start):
+    plugin, kubelet = start()
+    U = _uuids(plugin)
+    cards = kubelet.resource(CARDS)
+    assert [(r.resource_name, r.endpoint) for r in cards.registrations] == [(CARDS, "gpushare-wholecard.sock")]
+    assert [(r.resource_name, r.endpoint) for r in kubelet.registrations] == [
+        (resources.GPU_MEMORY, "gpushare.sock")
+    ]
+    assert cards.devices == {U[0]: "Healthy", U[1]: "Healthy", U[2]: "Healthy"}
+    assert len(kubelet.healthy()) == 48  # the gpu-mem endpoint is untouched
+    assert cards.options is not None and cards.options.get_preferred_allocation_available
+
+
+def test_an_unhealthy_gpu_is_an_unhealthy_card(start, tmp_path):
+    health = tmp_path / "unhealthy"
+    health.write_text("1")
+    plugin, kubelet = start(health_file=health)
+    U = _uuids(plugin)
+    cards = kubelet.resource(CARDS)
+    cards.wait(lambda k: k.devices.get(U[1]) == "Unhealthy")
+    assert cards.healthy() == sorted([U[0], U[2]])
+
+
+def test_preferred_allocation_steers_the_kubelet_to_the_placed_gpus(start, apiserver):
+    plugin, kubelet = start()
+    _card_pod(apiserver, "train", {0: {2: 16, 1: 16}}, 2)
+    _seen(apiserver, plugin, 1)
+    U = _uuids(plugin)
+    assert kubelet.resource(CARDS).prefer([U[0], U[1], U[2]], 2) == [U[1], U[2]]
+
+
+def test_allocate_gives_a_placed_pod_exactly_its_gpus_and_marks_it_assigned(start, apiserver):
+    plugin, kubelet = start()
+    pod = _card_pod(apiserver, "train", {0: {0: 16, 2: 16}}, 2)
+    _seen(apiserver, plugin, 1)
+    U = _uuids(plugin)
+    (env,) = kubelet.resource(CARDS).admit(pod)
+    assert env[resources.ENV_VISIBLE_DEVICES] == f"{U[0]},{U[2]}"
+    assert env[resources.ENV_MEM_IDX] == "0,2"
+    assert (env[resources.ENV_MEM_CONTAINER], env[resources.ENV_MEM_DEV]) == ("16", "16")
+    assert kubelet.resource(CARDS).in_use[pod["metadata"]["uid"]] == {U[0], U[2]}
+
+    def assigned() -> bool:
+        notes = (apiserver.get("pods", "train", "default") or {})["metadata"]["annotations"]
+        return notes.get(resources.ANN_MEM_ASSIGNED) == "true"
+
+    apiserver.wait_for(assigned, what="ALIYUN_COM_GPU_MEM_ASSIGNED=true")
+
+
+def test_two_one_card_pods_admitted_against_arrival_order_each_get_their_own_gpu(start, apiserver):
+    plugin, kubelet = start()
+    first = _card_pod(apiserver, "first", {0: {0: 16}}, assume=1)
+    second = _card_pod(apiserver, "second", {0: {1: 16}}, assume=2)
+    _seen(apiserver, plugin, 2)
+    U = _uuids(plugin)
+    cards = kubelet.resource(CARDS)
+    # The kubelet admits the later pod first: its PodResources list names it, so no GPU is swapped.
+    (env_second,) = cards.admit(second)
+    (env_first,) = cards.admit(first)
+    assert env_second[resources.ENV_VISIBLE_DEVICES] == U[1]
+    assert env_first[resources.ENV_VISIBLE_DEVICES] == U[0]
+    assert cards.in_use == {"uid-second": {U[1]}, "uid-first": {U[0]}}
+
+
+def test_allocate_without_advice_takes_the_pod_placed_on_the_cards_the_kubelet_passed(start, apiserver):
+    plugin, kubelet = start(pod_resources_socket=None)
+    _card_pod(apiserver, "first", {0: {0: 16}}, assume=1)
+    _card_pod(apiserver, "second", {0: {1: 16}}, assume=2)
+    _seen(apiserver, plugin, 2)
+    U = _uuids(plugin)
+    response = kubelet.resource(CARDS).allocate_ids([U[1]])
+    assert response.container_responses[0].envs[resources.ENV_VISIBLE_DEVICES] == U[1]
+    assert plugin.card_allocator.book.progress == {"uid-second": 1}
+
+
+def test_a_card_pod_that_bypassed_the_extender_is_refused_naming_the_problem(start, apiserver):
+    plugin, kubelet = start()
+    rogue = _card_pod(apiserver, "rogue", None)
+    _seen(apiserver, plugin, 1)
+    with pytest.raises(grpc.RpcError) as caught:
+        kubelet.resource(CARDS).admit(rogue)
+    assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert str(caught.value.details()) == (
+        "gpushare: cannot allocate 1 whole GPU of nvidia.com/gpu on node node-1: pod default/rogue has no "
+        "gpushare placement (it was not bound by the gpushare extender)"
+    )
+
+
+def test_a_card_id_that_names_no_gpu_of_the_node_is_an_invalid_request(start):
+    _, kubelet = start()
+    with pytest.raises(grpc.RpcError) as caught:
+        kubelet.resource(CARDS).allocate_ids(["GPU-elsewhere"])
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "device ID 'GPU-elsewhere' names no GPU of this node" in str(caught.value.details())
+
+
+def test_a_kubelet_restart_registers_both_endpoints_again(start):
+    plugin, kubelet = start()
+    kubelet.restart()
+    kubelet.wait(lambda k: len(k.registrations) == 2 and len(k.resource(CARDS).registrations) == 2, 10)
+    kubelet.wait(lambda k: len(k.resource(CARDS).healthy()) == 3 and len(k.healthy()) == 48)
+    assert plugin.ready()
+
+
+def test_a_default_node_advertises_no_cards_until_its_label_says_share(start, apiserver):
+    _, kubelet = start({modes.MODE_LABEL: "default"})
+    cards = kubelet.resource(CARDS)
+    assert cards.devices == {}  # NVIDIA's plugin serves the cards on this node
+    apiserver.edit("nodes", "node-1", {"metadata": {"labels": {modes.MODE_LABEL: "cgpu"}}})
+    cards.wait(lambda k: len(k.healthy()) == 3)
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("gpu", "--whole-card-resource: 'gpu' is not an extended resource name"),
+        ("aliyun.com/gpu-mem", "the GPU memory protocol's own resource, not whole cards"),
+        ("kubernetes.io/gpu", "in the kubernetes.io domain"),
+    ],
+    ids=["no-domain", "gpu-mem", "kubernetes-domain"],
+)
+def test_a_whole_card_resource_the_kubelet_would_refuse_exits_2_with_the_reason(
+    monkeypatch, capsys, value, needle
+):
+    monkeypatch.setenv("NODE_NAME", "n")
+    assert serve_device_plugin.main(["--fake-gpus", "0:16", "--whole-card-resource", value]) == 2
+    assert needle in capsys.readouterr().err

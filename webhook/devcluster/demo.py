@@ -1,0 +1,217 @@
+"""`gpushare demo`: a small GPU cluster on this machine, then the webhook refusing a pod, the extender
+placing the others, and the `gpushare inspect` table.
+
+The real control plane when `scripts/kube-bins` built it and Helm is there (`demo_real`), else the API
+stand-in, said so on screen (`demo_standin`). Whatever happens, every child is stopped before returning:
+Ctrl-C (KeyboardInterrupt, exit 130 in the CLI) and SIGTERM (exit 0) included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any, Protocol, TextIO
+
+import kubernetes.client
+
+from webhook.core import annotations as ann
+from webhook.core import resources
+from webhook.devcluster import binaries, demo_real, demo_standin, helm, objects, release
+from webhook.kube import rest
+
+Obj = dict[str, Any]
+NAMESPACE = "demo"
+# (node, fake GPUs as the device plugin's --fake-gpus takes them: index:GiB)
+NODES = (("gpu-node-1", "0:16,1:16"), ("gpu-node-2", "0:24"))
+# (pod, GiB of aliyun.com/gpu-mem): each fits whatever GPUs the others took, in any order.
+PODS = (("train-a", 12), ("train-b", 10), ("infer", 8), ("notebook", 4))
+REFUSED = ("half-gpu", resources.NVIDIA_GPU, "0.5")
+NODE_LABELS = {"gpushare": "true", "cgpu.disable.isolation": "false"}
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSettings:
+    once: bool = False  # stop after the table instead of waiting for Ctrl-C
+    standin: bool = False  # the stand-in even when the real binaries are built
+    workdir: Path | None = None  # logs, certificates, kubeconfigs (default: a new temporary folder)
+    timeout_s: float = 90.0  # for each wait: parts ready, pods placed
+
+
+class Cluster(Protocol):
+    @property
+    def api(self) -> kubernetes.client.ApiClient: ...
+    @property
+    def logs(self) -> Path: ...
+    def start(self) -> None: ...
+    def start_device_plugin(self, node: str, fake_gpus: str) -> None: ...
+    def namespace(self, name: str) -> None: ...
+    def create_pod(self, namespace: str, body: Obj) -> str: ...
+    def schedule(self, namespace: str) -> None: ...
+    def inspect_args(self) -> list[str]: ...
+    def kubeconfig_hint(self) -> str: ...
+    def dead(self) -> str: ...
+    def stop(self) -> None: ...
+
+
+class DemoError(Exception):
+    """The demo could not go on (a part did not start, pods were not placed in time)."""
+
+
+class _Terminated(Exception):
+    """SIGTERM: stop like Ctrl-C, but it was asked for, so exit 0."""
+
+
+def run(settings: DemoSettings, out: TextIO = sys.stdout) -> int:
+    def say(line: str) -> None:
+        print(line, file=out, flush=True)
+
+    workdir = settings.workdir or Path(tempfile.mkdtemp(prefix="gpushare-demo-"))
+    cluster = choose(settings, workdir, say)
+    try:
+        with _sigterm_raises():
+            cluster.start()
+            show(cluster, settings, say)
+            if settings.once:
+                return 0
+            say(f"\nEverything keeps running (logs in {cluster.logs}). Try:")
+            say(f"  gpushare inspect -d {cluster.kubeconfig_hint()}")
+            say("Ctrl-C stops it all.")
+            while True:
+                time.sleep(3600)
+    except _Terminated:
+        return 0
+    finally:
+        _stop(cluster, say)
+
+
+def choose(settings: DemoSettings, workdir: Path, say: Callable[[str], None]) -> Cluster:
+    bins = binaries.locate()
+    missing = []
+    if bins is None:
+        missing.append("the control-plane binaries (build them: bash scripts/kube-bins, needs Go)")
+    if helm.binary() is None:
+        missing.append("helm (bash scripts/install-helm)")
+    if not helm.CHART.is_dir():
+        missing.append(f"the chart ({helm.CHART}; run from a checkout)")
+    if bins is not None and not missing and not settings.standin:
+        say(f"gpushare demo: {demo_real.description(bins)}")
+        return demo_real.RealCluster(bins, workdir, say)
+    say(f"gpushare demo: {demo_standin.DESCRIPTION}")
+    if missing and not settings.standin:
+        say("For the real control plane it needs " + "; ".join(missing) + ".")
+    return demo_standin.StandinCluster(workdir, say)
+
+
+def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -> None:
+    """Nodes with their device plugins, the pods, the refusal, the placements and the table."""
+    for name, fake in NODES:
+        gpus = [int(gib) for gib in (spec.split(":")[1] for spec in fake.split(","))]
+        objects.gpu_node(cluster.api, name, len(gpus), max(gpus), NODE_LABELS)
+        cluster.start_device_plugin(name, fake)
+    _wait(
+        cluster,
+        settings,
+        "the device plugins to publish their GPUs",
+        lambda: all(_published(cluster.api, name) for name, _ in NODES),
+    )
+    for name, fake in NODES:
+        say(f"node {name}: GPUs {fake.replace(',', ', ')} (index:GiB), device plugin with --fake-gpus {fake}")
+    cluster.namespace(NAMESPACE)
+    say("")
+    for name, gib in PODS:
+        denial = cluster.create_pod(NAMESPACE, _pod(name, {resources.GPU_MEMORY: str(gib)}))
+        if denial:
+            raise DemoError(f"pod {name} was refused: {denial}")
+        say(f"pod {NAMESPACE}/{name}: {resources.GPU_MEMORY}: {gib} created")
+    name, resource, value = REFUSED
+    denial = cluster.create_pod(NAMESPACE, _pod(name, {resource: value}))
+    if not denial:
+        raise DemoError(f"pod {name} ({resource}: {value}) was admitted; the webhook should refuse it")
+    say(f"pod {NAMESPACE}/{name}: {resource}: {value} REFUSED:")
+    say("\n".join(f"  {line}" for line in denial.splitlines()))
+    say("")
+    placed = _wait(cluster, settings, "every pod to be placed", lambda: _placed(cluster))
+    for pod in placed:
+        decoded = ann.decode(pod["metadata"].get("annotations", {}))
+        where = ",".join(map(str, decoded.gpu_indexes)) if decoded else "?"
+        say(f"pod {pod['metadata']['name']} -> {pod['spec']['nodeName']} GPU {where}")
+    say(f"\n$ gpushare inspect {cluster.kubeconfig_hint()}")
+    table = subprocess.run(
+        [release.GPUSHARE, "inspect", *cluster.inspect_args()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if table.returncode != 0:
+        raise DemoError(f"gpushare inspect failed: {table.stderr.strip()}")
+    say(table.stdout.rstrip())
+    say(
+        "(No kubelet runs here: no container starts, so the device plugins' Allocate is never called "
+        "and placed pods stay PENDING.)"
+    )
+
+
+def _published(api: kubernetes.client.ApiClient, node: str) -> bool:
+    meta = rest.request(api, "GET", rest.path("nodes", node))["metadata"]
+    return resources.NODE_DEVICES_ANNOTATION in meta.get("annotations", {})
+
+
+def _placed(cluster: Cluster) -> list[Obj]:
+    cluster.schedule(NAMESPACE)
+    pods = list(rest.list_all(cluster.api, rest.path("pods", namespace=NAMESPACE)))
+    done = len(pods) == len(PODS) and all(p["spec"].get("nodeName") for p in pods)
+    return sorted(pods, key=lambda p: str(p["metadata"]["name"])) if done else []
+
+
+def _pod(name: str, limits: dict[str, str]) -> Obj:
+    container = {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "gpushare-demo"}},
+        "spec": {"containers": [container], "terminationGracePeriodSeconds": 0},
+    }
+
+
+def _wait(cluster: Cluster, settings: DemoSettings, what: str, predicate: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + settings.timeout_s
+    while time.monotonic() < deadline:
+        dead = cluster.dead()
+        if dead:
+            raise DemoError(f"while waiting for {what}, {dead}")
+        result = predicate()
+        if result:
+            return result
+        time.sleep(0.3)
+    raise DemoError(f"gave up after {settings.timeout_s:.0f} s waiting for {what}")
+
+
+def _stop(cluster: Cluster, say: Callable[[str], None]) -> None:
+    # A second Ctrl-C while the children are stopping would leave some of them running.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        say("stopping the demo's processes ...")
+        cluster.stop()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    def terminated(signum: int, frame: FrameType | None) -> None:
+        raise _Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

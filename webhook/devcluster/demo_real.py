@@ -1,0 +1,103 @@
+"""`gpushare demo` on the real control plane: etcd, kube-apiserver and kube-scheduler built by
+`scripts/kube-bins`, the chart installed by Helm, and our parts started exactly as the end-to-end bed
+starts them (`release.Release`). The API server calls the webhook and kube-scheduler calls the extender;
+the demo only creates objects and watches.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import kubernetes.client
+
+from webhook.devcluster import process, release
+from webhook.devcluster.controlplane import ControlPlane
+from webhook.kube import errors, rest
+
+Obj = dict[str, Any]
+
+
+def description(bins: Path) -> str:
+    return (
+        f"the real control plane: etcd, kube-apiserver and kube-scheduler from\n  {bins};\n"
+        "  the chart installed with Helm. No kubelet runs: Nodes are objects with GPU capacity, and\n"
+        "  nothing runs the pods."
+    )
+
+
+class RealCluster:
+    def __init__(self, bins: Path, workdir: Path, say: Callable[[str], None]) -> None:
+        self.cp = ControlPlane(bins, workdir / "controlplane")
+        self.workdir = workdir
+        self.say = say
+        self._release: release.Release | None = None
+        self.socket_dirs: list[Path] = []
+
+    @property
+    def release(self) -> release.Release:
+        assert self._release is not None, "start() first"
+        return self._release
+
+    @property
+    def api(self) -> kubernetes.client.ApiClient:
+        return self.release.api
+
+    @property
+    def logs(self) -> Path:
+        return self.cp.logs
+
+    def start(self) -> None:
+        self.cp.start()
+        self.say(f"kube-apiserver at {self.cp.url}")
+        self._release = release.Release(self.cp, self.workdir, release.admin_api(self.cp))
+        self.release.install()
+        self.say(
+            f"helm install {release.RELEASE} charts/gpushare -n {release.NAMESPACE} (scheduler.mode=second)"
+        )
+        self.release.start_webhook()
+        self.say(f"webhook at https://127.0.0.1:{self.release.webhook_port}, registered by the chart")
+        self.release.start_extender()
+        self.say(f"extender at http://127.0.0.1:{self.release.extender_port}")
+        self.release.start_scheduler()
+        self.say(f"kube-scheduler {release.SCHEDULER_NAME}, with the chart's configuration")
+
+    def start_device_plugin(self, node: str, fake_gpus: str) -> None:
+        plugin_dir = process.socket_dir(node)
+        self.socket_dirs.append(plugin_dir)
+        self.release.start_device_plugin(node, plugin_dir, fake_gpus)
+
+    def namespace(self, name: str) -> None:
+        self.release.namespace(name)
+
+    def create_pod(self, namespace: str, body: Obj) -> str:
+        """Create `body` through the API server; the denial message, or "" when it was created."""
+        try:
+            self.release.request("POST", rest.path("pods", namespace=namespace), body=body)
+        except errors.ApiError as err:
+            if "denied the request" in err.message:
+                return err.message
+            raise
+        return ""
+
+    def schedule(self, namespace: str) -> None:
+        """kube-scheduler does it."""
+
+    def dead(self) -> str:
+        return process.dead([*self.cp.processes, *self.release.processes])
+
+    def inspect_args(self) -> list[str]:
+        return ["--kubeconfig", str(self.cp.admin_kubeconfig)]
+
+    def kubeconfig_hint(self) -> str:
+        return f"--kubeconfig {self.cp.admin_kubeconfig}"
+
+    def stop(self) -> None:
+        if self._release is not None:
+            self._release.stop_all()
+            self._release.api.close()  # type: ignore[no-untyped-call]  # kubernetes ships no type hints
+        self.cp.stop()
+        for folder in self.socket_dirs:
+            shutil.rmtree(folder, ignore_errors=True)

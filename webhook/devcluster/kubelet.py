@@ -1,0 +1,169 @@
+"""A real kubelet for a local control plane, on the CRI fake runtime (`fakecri`, built by scripts/kube-bins).
+
+No container ever runs: `fakecri` (k8s.io/cri-client's fake runtime) keeps sandboxes and containers in
+memory and reports them running. Everything else is the kubelet's own: node registration, pod admission,
+the device manager (which dials our device plugin over its real gRPC, calls GetPreferredAllocation and
+Allocate, and checkpoints what it gave), and the PodResources API.
+
+    kubelet = Kubelet(bins, cp, workdir, node="kl-node", taints=("gpushare-e2e=kubelet:NoSchedule",)).start()
+    ...
+    kubelet.stop()
+
+Fixed by the kubelet, not by us: its device-plugin folder is /var/lib/kubelet/device-plugins/ (a
+constant of the device-plugin API), so only one such kubelet runs on a machine at a time, as root.
+It runs with cgroups v1 allowed and without QoS cgroups or node-allocatable enforcement: those need a
+host the kubelet owns, and change nothing the device manager does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from webhook.devcluster import pki as pkimod
+from webhook.devcluster.controlplane import ControlPlane, free_port
+from webhook.devcluster.process import Process
+
+NAMES = ("kubelet", "fakecri")
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+
+
+class KubeletUnavailable(RuntimeError):
+    """This machine cannot run the kubelet here; the message says why."""
+
+
+def available(bins: Path) -> str | None:
+    """Why a kubelet cannot run here, or None when it can."""
+    missing = [name for name in NAMES if not os.access(bins / name, os.X_OK)]
+    if missing:
+        return f"{', '.join(missing)} not built in {bins}: run `bash scripts/kube-bins`"
+    if os.geteuid() != 0:
+        return "the kubelet needs root (it owns /var/lib/kubelet/device-plugins and the pod folders)"
+    return None
+
+
+@dataclass
+class Kubelet:
+    bins: Path
+    cp: ControlPlane
+    workdir: Path
+    node: str = "kubelet-node"
+    labels: Mapping[str, str] = field(default_factory=dict)  # registered with the Node
+    taints: Sequence[str] = ()  # key=value:Effect, registered with the Node
+    processes: list[Process] = field(default_factory=list)
+
+    @property
+    def root_dir(self) -> Path:
+        return self.workdir / "root"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.root_dir / "pod-resources" / "kubelet.sock"
+
+    def start(self, timeout: float = 60.0) -> Kubelet:
+        reason = available(self.bins)
+        if reason is not None:
+            raise KubeletUnavailable(reason)
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        assert self.cp.pki is not None
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+        cri = self.workdir / "cri.sock"
+        fakecri = self._spawn("fakecri", [str(self.bins / "fakecri"), f"unix://{cri}"])
+        fakecri.wait_until(cri.exists, timeout, "listening")
+        # The identity a kubelet has in a real cluster, so Node authorization and NodeRestriction apply.
+        crt, key = pkimod.client(
+            self.cp.pki, f"kubelet-{self.node}", f"system:node:{self.node}", ["system:nodes"]
+        )
+        kubeconfig = self.cp.write_kubeconfig(
+            self.workdir / "kubelet.kubeconfig", user={"client-certificate": str(crt), "client-key": str(key)}
+        )
+        config = self.workdir / "kubelet.yaml"
+        config.write_text(yaml.safe_dump(self._config(cri)))
+        kubelet = self._spawn(
+            "kubelet",
+            [
+                str(self.bins / "kubelet"),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={self.root_dir}",
+                f"--cert-dir={self.workdir / 'pki'}",
+                f"--hostname-override={self.node}",
+                *([f"--node-labels={_pairs(self.labels)}"] if self.labels else []),
+                *([f"--register-with-taints={','.join(self.taints)}"] if self.taints else []),
+                "--v=2",
+            ],
+        )
+        kubelet.wait_until(self._ready, timeout, "Ready")
+
+    def _config(self, cri: Path) -> dict[str, object]:
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            # Its own API on a free port, with client-certificate authentication only.
+            "port": free_port(),
+            "readOnlyPort": 0,
+            "healthzPort": 0,
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(self.cp.pki.ca_crt) if self.cp.pki else ""},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": f"unix://{cri}",
+            "imageServiceEndpoint": f"unix://{cri}",
+            "cgroupDriver": "cgroupfs",
+            "failCgroupV1": False,  # the machines here have cgroups v1
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "registerNode": True,
+        }
+
+    def _ready(self) -> bool:
+        try:
+            node = json.loads(self.cp.get_raw(f"/api/v1/nodes/{self.node}"))
+        except OSError:
+            return False
+        conditions = node.get("status", {}).get("conditions", [])
+        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+    def _spawn(self, name: str, argv: list[str]) -> Process:
+        process = Process(name, argv, self.cp.logs / f"{name}-{self.node}.log").start()
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop(grace=5)
+        self.processes.clear()
+        unmount_under(self.workdir)
+
+
+def unmount_under(folder: Path) -> None:
+    """Detach what the kubelet mounted below `folder` (its root folder bind-mounted onto itself, each
+    pod's token tmpfs): it leaves them when it stops, and they would pin the folder forever."""
+    prefix = str(folder.resolve()) + "/"
+    with open("/proc/self/mounts") as table:
+        points = [line.split()[1] for line in table]
+    # /proc/self/mounts escapes spaces and such as octal (\040); our folders have none.
+    for point in reversed(points):
+        if point.startswith(prefix):
+            subprocess.run(["umount", "-l", point], check=False, capture_output=True)
+
+
+def _pairs(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in labels.items())
