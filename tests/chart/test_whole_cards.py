@@ -1,4 +1,4 @@
-"""The chart gives the extender and the device plugin one whole-card resource, and lists it for the scheduler."""
+"""The chart gives the extender and the device plugin one whole-card resource."""
 
 from __future__ import annotations
 

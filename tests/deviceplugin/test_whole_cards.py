@@ -79,13 +79,15 @@ def _seen(apiserver: ApiServer, plugin: app.Plugin, count: int) -> None:
 
 def test_the_plugin_registers_whole_cards_on_their_own_socket_one_device_per_gpu(start):
     plugin, kubelet = start()
-    U = _uuids(plugin)
+    uuid = _uuids(plugin)
     cards = kubelet.resource(CARDS)
-    assert [(r.resource_name, r.endpoint) for r in cards.registrations] == [(CARDS, "gpushare-wholecard.sock")]
+    assert [(r.resource_name, r.endpoint) for r in cards.registrations] == [
+        (CARDS, "gpushare-wholecard.sock")
+    ]
     assert [(r.resource_name, r.endpoint) for r in kubelet.registrations] == [
         (resources.GPU_MEMORY, "gpushare.sock")
     ]
-    assert cards.devices == {U[0]: "Healthy", U[1]: "Healthy", U[2]: "Healthy"}
+    assert cards.devices == {uuid[0]: "Healthy", uuid[1]: "Healthy", uuid[2]: "Healthy"}
     assert len(kubelet.healthy()) == 48  # the gpu-mem endpoint is untouched
     assert cards.options is not None and cards.options.get_preferred_allocation_available
 
@@ -94,34 +96,34 @@ def test_an_unhealthy_gpu_is_an_unhealthy_card(start, tmp_path):
     health = tmp_path / "unhealthy"
     health.write_text("1")
     plugin, kubelet = start(health_file=health)
-    U = _uuids(plugin)
+    uuid = _uuids(plugin)
     cards = kubelet.resource(CARDS)
-    cards.wait(lambda k: k.devices.get(U[1]) == "Unhealthy")
-    assert cards.healthy() == sorted([U[0], U[2]])
+    cards.wait(lambda k: k.devices.get(uuid[1]) == "Unhealthy")
+    assert cards.healthy() == sorted([uuid[0], uuid[2]])
 
 
 def test_preferred_allocation_steers_the_kubelet_to_the_placed_gpus(start, apiserver):
     plugin, kubelet = start()
     _card_pod(apiserver, "train", {0: {2: 16, 1: 16}}, 2)
     _seen(apiserver, plugin, 1)
-    U = _uuids(plugin)
-    assert kubelet.resource(CARDS).prefer([U[0], U[1], U[2]], 2) == [U[1], U[2]]
+    uuid = _uuids(plugin)
+    assert kubelet.resource(CARDS).prefer([uuid[0], uuid[1], uuid[2]], 2) == [uuid[1], uuid[2]]
 
 
 def test_allocate_gives_a_placed_pod_exactly_its_gpus_and_marks_it_assigned(start, apiserver):
     plugin, kubelet = start()
     pod = _card_pod(apiserver, "train", {0: {0: 16, 2: 16}}, 2)
     _seen(apiserver, plugin, 1)
-    U = _uuids(plugin)
+    uuid = _uuids(plugin)
     (env,) = kubelet.resource(CARDS).admit(pod)
-    assert env[resources.ENV_VISIBLE_DEVICES] == f"{U[0]},{U[2]}"
+    assert env[resources.ENV_VISIBLE_DEVICES] == f"{uuid[0]},{uuid[2]}"
     assert env[resources.ENV_MEM_IDX] == "0,2"
     assert (env[resources.ENV_MEM_CONTAINER], env[resources.ENV_MEM_DEV]) == ("16", "16")
-    assert kubelet.resource(CARDS).in_use[pod["metadata"]["uid"]] == {U[0], U[2]}
+    assert kubelet.resource(CARDS).in_use[pod["metadata"]["uid"]] == {uuid[0], uuid[2]}
 
     def assigned() -> bool:
         notes = (apiserver.get("pods", "train", "default") or {})["metadata"]["annotations"]
-        return notes.get(resources.ANN_MEM_ASSIGNED) == "true"
+        return bool(notes.get(resources.ANN_MEM_ASSIGNED) == "true")
 
     apiserver.wait_for(assigned, what="ALIYUN_COM_GPU_MEM_ASSIGNED=true")
 
@@ -131,14 +133,14 @@ def test_two_one_card_pods_admitted_against_arrival_order_each_get_their_own_gpu
     first = _card_pod(apiserver, "first", {0: {0: 16}}, assume=1)
     second = _card_pod(apiserver, "second", {0: {1: 16}}, assume=2)
     _seen(apiserver, plugin, 2)
-    U = _uuids(plugin)
+    uuid = _uuids(plugin)
     cards = kubelet.resource(CARDS)
     # The kubelet admits the later pod first: its PodResources list names it, so no GPU is swapped.
     (env_second,) = cards.admit(second)
     (env_first,) = cards.admit(first)
-    assert env_second[resources.ENV_VISIBLE_DEVICES] == U[1]
-    assert env_first[resources.ENV_VISIBLE_DEVICES] == U[0]
-    assert cards.in_use == {"uid-second": {U[1]}, "uid-first": {U[0]}}
+    assert env_second[resources.ENV_VISIBLE_DEVICES] == uuid[1]
+    assert env_first[resources.ENV_VISIBLE_DEVICES] == uuid[0]
+    assert cards.in_use == {"uid-second": {uuid[1]}, "uid-first": {uuid[0]}}
 
 
 def test_allocate_without_advice_takes_the_pod_placed_on_the_cards_the_kubelet_passed(start, apiserver):
@@ -146,9 +148,9 @@ def test_allocate_without_advice_takes_the_pod_placed_on_the_cards_the_kubelet_p
     _card_pod(apiserver, "first", {0: {0: 16}}, assume=1)
     _card_pod(apiserver, "second", {0: {1: 16}}, assume=2)
     _seen(apiserver, plugin, 2)
-    U = _uuids(plugin)
-    response = kubelet.resource(CARDS).allocate_ids([U[1]])
-    assert response.container_responses[0].envs[resources.ENV_VISIBLE_DEVICES] == U[1]
+    uuid = _uuids(plugin)
+    response = kubelet.resource(CARDS).allocate_ids([uuid[1]])
+    assert response.container_responses[0].envs[resources.ENV_VISIBLE_DEVICES] == uuid[1]
     assert plugin.card_allocator.book.progress == {"uid-second": 1}
 
 

@@ -49,9 +49,11 @@ def test_the_plugin_gives_a_scheduled_whole_card_pod_its_placed_gpu_beside_a_sha
         kubelet.wait(lambda k: len(k.healthy()) == 32 and len(cards.healthy()) == 2, timeout=30)
         stored = bed.wait(
             "the devices annotation",
-            lambda: bed.request("GET", rest.path("nodes", NODE))["metadata"]
-            .get("annotations", {})
-            .get(resources.NODE_DEVICES_ANNOTATION),
+            lambda: (
+                bed.request("GET", rest.path("nodes", NODE))["metadata"]
+                .get("annotations", {})
+                .get(resources.NODE_DEVICES_ANNOTATION)
+            ),
         )
         uuids = {d.index: d.uuid for d in ann.NodeDevices.from_json(stored).devices}
         assert sorted(cards.healthy()) == sorted(uuids.values())  # one card per GPU, named by its UUID
@@ -74,10 +76,12 @@ def test_the_plugin_gives_a_scheduled_whole_card_pod_its_placed_gpu_beside_a_sha
         assert cards.in_use[card["metadata"]["uid"]] == {uuids[gpu]}  # the kubelet took our advice
         bed.wait(
             "ALIYUN_COM_GPU_MEM_ASSIGNED=true on the card pod",
-            lambda: bed.request("GET", rest.path("pods", "card", ns))["metadata"]["annotations"].get(
-                resources.ANN_MEM_ASSIGNED
-            )
-            == "true",
+            lambda: (
+                bed.request("GET", rest.path("pods", "card", ns))["metadata"]["annotations"].get(
+                    resources.ANN_MEM_ASSIGNED
+                )
+                == "true"
+            ),
         )
     finally:
         kubelet.stop()

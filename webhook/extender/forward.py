@@ -124,10 +124,10 @@ class Forwarder:
             try:
                 context = self._tls()
             except (OSError, ssl.SSLError) as err:
-                parts = [f"CA {self.ca_file}"] if self.ca_file else []
+                files = [f"CA {self.ca_file}"] if self.ca_file else []
                 if self.cert_file:
-                    parts.append(f"client certificate {self.cert_file} with key {self.key_file}")
-                where = ", ".join(parts) or "the system trust store"
+                    files.append(f"client certificate {self.cert_file} with key {self.key_file}")
+                where = ", ".join(files) or "the system trust store"
                 return Forwarded(UNREACHABLE, f"forwarding the bind to {target}: {where}: {err}")
             conn = _HTTPSConnection(
                 parts.hostname, port, timeout=self.timeout_s, context=context, server_name=self.server_name
