@@ -13,6 +13,7 @@ import pytest
 from webhook.cli import ensure_certs
 from webhook.core import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
+from webhook.kube import certsync
 
 NS = "gpu-system"
 SECRET = "gpushare-webhook-tls"
@@ -56,7 +57,7 @@ def cluster(apiserver: ApiServer) -> ApiServer:
     return apiserver
 
 
-def _settings(**overrides: Any) -> ensure_certs.EnsureSettings:
+def _settings(**overrides: Any) -> certsync.EnsureSettings:
     values: dict[str, Any] = {
         "namespace": NS,
         "secret": SECRET,
@@ -65,11 +66,11 @@ def _settings(**overrides: Any) -> ensure_certs.EnsureSettings:
         "validating": (VALIDATING,),
     }
     values.update(overrides)
-    return ensure_certs.EnsureSettings(**values)
+    return certsync.EnsureSettings(**values)
 
 
-def _run(server: ApiServer, at: datetime = NOW, **overrides: Any) -> ensure_certs.Outcome:
-    return ensure_certs.ensure(ensure_certs.KubeCluster(server.api), _settings(**overrides), lambda: at)
+def _run(server: ApiServer, at: datetime = NOW, **overrides: Any) -> certsync.Outcome:
+    return certsync.ensure(certsync.KubeCluster(server.api), _settings(**overrides), lambda: at)
 
 
 def _secret(server: ApiServer) -> dict[str, bytes]:
@@ -214,7 +215,7 @@ def test_concurrent_runs_end_with_one_paired_secret(cluster: ApiServer) -> None:
 
     def run() -> None:
         try:
-            ensure_certs.ensure(ensure_certs.KubeCluster(cluster.new_client()), _settings(), lambda: NOW)
+            certsync.ensure(certsync.KubeCluster(cluster.new_client()), _settings(), lambda: NOW)
         except BaseException as exc:  # collected and re-raised in the test thread
             errors.append(exc)
 

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from webhook.cli import ensure_certs, mtls_secret
-from webhook.core import certificates
+from webhook.cli import ensure_certs
+from webhook.core import certificates, mtlssecret
 from webhook.devcluster.standin.apiserver import ApiServer
+from webhook.kube import certsync
 
 NS = "gpu-system"
 SECRET = "gs-gpushare-extender-tls"
@@ -21,10 +22,10 @@ CLIENT = "gpushare-scheduler"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _run(server: ApiServer, at: datetime = NOW, **overrides: Any) -> ensure_certs.Outcome:
+def _run(server: ApiServer, at: datetime = NOW, **overrides: Any) -> certsync.Outcome:
     values: dict[str, Any] = {"namespace": NS, "secret": SECRET, "service_dns": DNS, "client_name": CLIENT}
-    settings = ensure_certs.EnsureSettings(**{**values, **overrides})
-    return ensure_certs.ensure(ensure_certs.KubeCluster(server.api), settings, lambda: at)
+    settings = certsync.EnsureSettings(**{**values, **overrides})
+    return certsync.ensure(certsync.KubeCluster(server.api), settings, lambda: at)
 
 
 def _secret(server: ApiServer) -> dict[str, bytes]:
@@ -36,13 +37,13 @@ def _secret(server: ApiServer) -> dict[str, bytes]:
 def test_a_new_secret_holds_serving_and_client_pairs_of_one_ca(apiserver: ApiServer) -> None:
     assert _run(apiserver).secret == "created"
     data = _secret(apiserver)
-    assert sorted(data) == sorted(mtls_secret.KEYS)
+    assert sorted(data) == sorted(mtlssecret.KEYS)
     for cert, key in (("tls.crt", "tls.key"), ("client.crt", "client.key")):
         assert certificates.key_matches(certificates.KeyPair(data[cert], data[key]))
         assert certificates.is_signed_by(data[cert], data["ca.crt"])
     assert certificates.dns_sans(data["tls.crt"]) == list(DNS)
     assert certificates.common_name(data["client.crt"]) == CLIENT
-    assert mtls_secret.is_usable(data, DNS, CLIENT, NOW, timedelta(days=30))
+    assert mtlssecret.is_usable(data, DNS, CLIENT, NOW, timedelta(days=30))
 
 
 def test_a_usable_secret_is_kept(apiserver: ApiServer) -> None:

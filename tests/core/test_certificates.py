@@ -141,3 +141,14 @@ def test_garbage_needs_renewal():
 def test_bad_input_raises_certificate_error(ca, call, message):
     with pytest.raises(certificates.CertificateError, match=message):
         call(ca)
+
+
+@pytest.mark.parametrize("name", ["a", "gpushare-scheduler", "x" * 64], ids=["one", "usual", "sixty-four"])
+def test_a_common_name_of_1_to_64_characters_is_accepted(name: str) -> None:
+    assert certificates.check_common_name(name) == name
+
+
+@pytest.mark.parametrize(("name", "length"), [("", 0), ("x" * 65, 65)], ids=["empty", "sixty-five"])
+def test_a_common_name_x509_cannot_hold_is_refused_with_its_length(name: str, length: int) -> None:
+    with pytest.raises(certificates.CertificateError, match=f"1 to 64 characters, got {length}$"):
+        certificates.check_common_name(name)

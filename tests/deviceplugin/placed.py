@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.core import annotations as ann
+from webhook.core import resources
 from webhook.devcluster.standin.apiserver import pod_manifest
 
 
@@ -40,3 +41,20 @@ def placed_pod(
             for i, u in enumerate(init_gpu_mem)
         ]
     return pod
+
+
+def card_pod(
+    name: str, allocation: dict[int, dict[int, int]] | None, *counts: int, assume: int = 1
+) -> dict[str, Any]:
+    """A pod on node-1 asking `counts` whole cards (nvidia.com/gpu) per container (default one
+    container, one card), placed by the extender (`allocation` None: it bypassed the extender)."""
+    containers = [
+        {"name": f"c{i}", "image": "busybox", "resources": {"limits": {resources.NVIDIA_GPU: str(n)}}}
+        for i, n in enumerate(counts or (1,))
+    ]
+    values = (
+        ann.encode(ann.Placement(ann.Allocation(allocation), 16, assume)) if allocation is not None else {}
+    )
+    return pod_manifest(
+        name, containers=containers, node_name="node-1", annotations=values, uid=f"uid-{name}"
+    )

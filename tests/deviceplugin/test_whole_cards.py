@@ -12,9 +12,9 @@ import grpc
 import pytest
 
 from tests.deviceplugin.conftest import pod_resources_socket, short_dir
+from tests.deviceplugin.placed import card_pod
 from tests.standins.kubelet import Kubelet
 from webhook.cli import serve_device_plugin
-from webhook.core import annotations as ann
 from webhook.core import modes, resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app
@@ -29,12 +29,16 @@ def start(apiserver: ApiServer, tmp_path: Path) -> Iterator[Start]:
     running: list[tuple[app.Plugin, Kubelet]] = []
 
     def make(
-        labels: dict[str, str] | None = None, fake_gpus: str = "0:16,1:16,2:16", **settings: Any
+        labels: dict[str, str] | None = None,
+        fake_gpus: str = "0:16,1:16,2:16",
+        kubelet: Kubelet | None = None,  # given: a plugin restart beside a running kubelet
+        **settings: Any,
     ) -> tuple[app.Plugin, Kubelet]:
-        apiserver.add_node("node-1", labels=labels or {})
         plugin_dir = short_dir(tmp_path)
         socket = pod_resources_socket(tmp_path)
-        kubelet = Kubelet(plugin_dir, pod_resources=socket, also=(CARDS,)).start()
+        if kubelet is None:
+            apiserver.add_node("node-1", labels=labels or {})
+            kubelet = Kubelet(plugin_dir, pod_resources=socket, also=(CARDS,)).start()
         config = DevicePluginSettings(
             node_name="node-1",
             fake_gpus=fake_gpus,
@@ -43,9 +47,10 @@ def start(apiserver: ApiServer, tmp_path: Path) -> Iterator[Start]:
             endpoint="gpushare.sock",
             **{"pod_resources_socket": socket, "allocate_wait_s": 0.3, **settings},
         )
+        seen, cards_seen = kubelet.messages, kubelet.resource(CARDS).messages
         plugin = app.Plugin(config).start()
         running.append((plugin, kubelet))
-        kubelet.wait(lambda k: k.messages >= 1 and k.resource(CARDS).messages >= 1, timeout=10)
+        kubelet.wait(lambda k: k.messages > seen and k.resource(CARDS).messages > cards_seen, timeout=10)
         return plugin, kubelet
 
     yield make
@@ -58,14 +63,7 @@ def _card_pod(
     apiserver: ApiServer, name: str, placed: dict[int, dict[int, int]] | None, *counts: int, assume: int = 1
 ) -> dict[str, Any]:
     """A pod asking `counts` whole cards per container, with the extender's placement (None: bypassed)."""
-    containers = [
-        {"name": f"c{i}", "image": "busybox", "resources": {"limits": {CARDS: str(n)}}}
-        for i, n in enumerate(counts or (1,))
-    ]
-    notes = ann.encode(ann.Placement(ann.Allocation(placed), 16, assume)) if placed is not None else {}
-    return apiserver.add_pod(
-        name, containers=containers, node_name="node-1", annotations=notes, uid=f"uid-{name}"
-    )
+    return apiserver.put(card_pod(name, placed, *counts, assume=assume))
 
 
 def _uuids(plugin: app.Plugin) -> list[str]:
@@ -120,12 +118,7 @@ def test_allocate_gives_a_placed_pod_exactly_its_gpus_and_marks_it_assigned(star
     assert env[resources.ENV_MEM_IDX] == "0,2"
     assert (env[resources.ENV_MEM_CONTAINER], env[resources.ENV_MEM_DEV]) == ("16", "16")
     assert kubelet.resource(CARDS).in_use[pod["metadata"]["uid"]] == {uuid[0], uuid[2]}
-
-    def assigned() -> bool:
-        notes = (apiserver.get("pods", "train", "default") or {})["metadata"]["annotations"]
-        return bool(notes.get(resources.ANN_MEM_ASSIGNED) == "true")
-
-    apiserver.wait_for(assigned, what="ALIYUN_COM_GPU_MEM_ASSIGNED=true")
+    apiserver.wait_for(lambda: _assigned(apiserver, "train"), what="ALIYUN_COM_GPU_MEM_ASSIGNED=true")
 
 
 def test_two_one_card_pods_admitted_against_arrival_order_each_get_their_own_gpu(start, apiserver):
@@ -152,6 +145,45 @@ def test_allocate_without_advice_takes_the_pod_placed_on_the_cards_the_kubelet_p
     response = kubelet.resource(CARDS).allocate_ids([uuid[1]])
     assert response.container_responses[0].envs[resources.ENV_VISIBLE_DEVICES] == uuid[1]
     assert plugin.card_allocator.book.progress == {"uid-second": 1}
+
+
+def test_after_a_plugin_restart_finished_card_pods_are_marked_and_a_pod_part_way_goes_on(start, apiserver):
+    first, kubelet = start(fake_gpus="0:16,1:16,2:16,3:16")
+    earlier = _card_pod(apiserver, "earlier", {0: {2: 16}}, assume=1)  # arrived first, asks 1 card too
+    split = _card_pod(apiserver, "split", {0: {0: 16}, 1: {1: 16}}, 1, 1, assume=2)
+    done = _card_pod(apiserver, "done", {0: {3: 16}}, assume=3)
+    _seen(apiserver, first, 3)
+    uuid = _uuids(first)
+    cards = kubelet.resource(CARDS)
+    # The kubelet allocates split's first container; the plugin dies before the second.
+    with cards._lock:
+        cards.active["uid-split"] = split
+    ids = cards.choose(1)
+    env0 = dict(cards.allocate_ids(ids).container_responses[0].envs)
+    with cards._lock:
+        cards.assigned["uid-split"] = {"c0": ids}
+        cards.in_use["uid-split"] = set(ids)
+    first.stop()
+    # The old process answered "done" too, and died before marking it assigned: only the kubelet's
+    # checkpoint (its PodResources list) knows.
+    with cards._lock:
+        cards.active["uid-done"] = done
+        cards.assigned["uid-done"] = {"c0": [uuid[3]]}
+        cards.in_use["uid-done"] = {uuid[3]}
+    assert not _assigned(apiserver, "done") and not _assigned(apiserver, "split")
+    second, _ = start(fake_gpus="0:16,1:16,2:16,3:16", kubelet=kubelet)
+    assert second.card_allocator.book.progress == {"uid-split": 1, "uid-done": 1}
+    apiserver.wait_for(lambda: _assigned(apiserver, "done"), what="done marked assigned after the restart")
+    env1 = dict(cards.allocate_ids(cards.choose(1)).container_responses[0].envs)
+    assert (env0[resources.ENV_MEM_IDX], env1[resources.ENV_MEM_IDX]) == ("0", "1")
+    apiserver.wait_for(lambda: _assigned(apiserver, "split"), what="split marked assigned")
+    # The pod that arrived first is still waiting and gets its own card.
+    assert cards.admit(earlier)[0][resources.ENV_VISIBLE_DEVICES] == uuid[2]
+
+
+def _assigned(apiserver: ApiServer, name: str) -> bool:
+    notes = (apiserver.get("pods", name, "default") or {})["metadata"]["annotations"]
+    return bool(notes.get(resources.ANN_MEM_ASSIGNED) == "true")
 
 
 def test_a_card_pod_that_bypassed_the_extender_is_refused_naming_the_problem(start, apiserver):

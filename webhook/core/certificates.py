@@ -23,6 +23,9 @@ CLOCK_SKEW = timedelta(minutes=5)
 # Keys we sign with: only EC keys are generated here, but a CA brought by the user may be RSA.
 SigningKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
+# X.509's upper bound for a common name (RFC 5280 ub-common-name); `cryptography` refuses longer ones.
+MAX_COMMON_NAME = 64
+
 
 class CertificateError(ValueError):
     """PEM data that is not a certificate or key we can use; the message says which and why."""
@@ -34,6 +37,13 @@ class KeyPair:
 
     cert_pem: bytes
     key_pem: bytes
+
+
+def check_common_name(name: str) -> str:
+    """`name` when it can be a certificate's common name (1 to 64 characters); else `CertificateError`."""
+    if not 0 < len(name) <= MAX_COMMON_NAME:
+        raise CertificateError(f"a common name has 1 to {MAX_COMMON_NAME} characters, got {len(name)}")
+    return name
 
 
 def generate_ca(common_name: str, now: datetime, valid_days: int = 3650) -> KeyPair:

@@ -128,10 +128,13 @@ def mixed(spec: Mapping[str, Any], names: resources.GpuResourceNames, prefix: st
     GPU, a share part of one); the placement annotations give one pod one kind. One container asking
     both is `gpumem.whole_and_memory`, reported at that container instead.
     """
-    bodies = podspec.objects(spec, prefix)
-    both = [b for b in bodies if _asks_memory(b.body, names.memory) and _asks_cards(b.body, names)]
-    cards = [b for b in bodies if _asks_cards(b.body, names) and b not in both]
-    shares = [b for b in bodies if _asks_memory(b.body, names.memory) and b not in both]
+    # One look at each container (this runs on every review): a container asking both is not one here.
+    asks = [
+        (b, _asks_memory(b.body, names.memory), _asks_cards(b.body, names))
+        for b in podspec.objects(spec, prefix)
+    ]
+    cards = [b for b, memory, card in asks if card and not memory]
+    shares = [b for b, memory, card in asks if memory and not card]
     if not cards or not shares:
         return None
     card, share = cards[0], shares[0]

@@ -130,6 +130,10 @@ class Kubelet:
             "cgroupsPerQOS": False,
             "enforceNodeAllocatable": [],
             "failSwapOn": False,
+            # Device-plugin capacity reaches the Node with the next status update: every second here
+            # (default 10 s), posted only when it changed (or each minute), so tests wait seconds.
+            "nodeStatusUpdateFrequency": "1s",
+            "nodeStatusReportFrequency": "1m",
             "registerNode": True,
         }
 

@@ -210,26 +210,42 @@ class Allocator:
         return matching.Match(pod, slot)
 
     def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]:
-        """Reconcile with the kubelet's list: fix the book (restart, mismatches), mark pods whose
-        allocation finished before a restart, and return the annotations that must be corrected."""
-        _, pods = self.pods.snapshot()
-        memory = {g.index: self.state.granularity.units(g.memory_mib) for g in self.state.gpus}
-        with self.lock:
-            before = dict(self.book.progress)
-            corrections, moves = matching.reconcile(pods, kubelet, self.book, memory)
-            self.book.sync(pods, kubelet, moves)
-            finished = [
-                p
-                for p in pods
-                if p.placement is not None
-                and not p.placement.assigned
-                and p.slots
-                and before.get(p.uid, 0) < len(p.slots) == self.book.progress.get(p.uid, 0)
-            ]
-        for pod in finished:
-            self.marker.mark(pod)
-        return corrections
+        """Reconcile with the kubelet's list (`sync_book`)."""
+        return sync_book(
+            kubelet, book=self.book, lock=self.lock, pods=self.pods, state=self.state, marker=self.marker
+        )
 
     def _explain(self, count: int, why: str) -> str:
         what = self.state.granularity.describe(count)
         return f"gpushare: cannot allocate {what} of {self.resource_name} on node {self.node_name}: {why}"
+
+
+def sync_book(
+    kubelet: matching.KubeletView,
+    *,
+    book: matching.AllocationBook,
+    lock: threading.Lock,
+    pods: PodSource,
+    state: DeviceState,
+    marker: AssignMarker,
+) -> list[matching.Correction]:
+    """Reconcile a book (gpu-mem or whole cards) with the kubelet's list of its resource: fix the book
+    (restart, mismatches), mark pods whose allocation finished before a restart, and return the
+    annotations that must be corrected. `lock` guards `book`."""
+    _, views = pods.snapshot()
+    memory = {g.index: state.granularity.units(g.memory_mib) for g in state.gpus}
+    with lock:
+        before = dict(book.progress)
+        corrections, moves = matching.reconcile(views, kubelet, book, memory)
+        book.sync(views, kubelet, moves)
+        finished = [
+            p
+            for p in views
+            if p.placement is not None
+            and not p.placement.assigned
+            and p.slots
+            and before.get(p.uid, 0) < len(p.slots) == book.progress.get(p.uid, 0)
+        ]
+    for pod in finished:
+        marker.mark(pod)
+    return corrections

@@ -42,17 +42,20 @@ class StartError(Exception):
 
 
 class Metrics(server.Observer):
-    def __init__(self) -> None:
+    """Allocate and correction counts by `resource` (gpu-mem, whole cards): both endpoints share them."""
+
+    def __init__(self, resource_names: tuple[str, ...]) -> None:
         self.registry = prometheus_client.CollectorRegistry()
         self.allocations = prometheus_client.Counter(
             "gpushare_device_plugin_allocations",
-            "Allocate calls by result",
-            ["result"],
+            "Allocate calls by resource and result",
+            ["resource", "result"],
             registry=self.registry,
         )
         self.latency = prometheus_client.Histogram(
             "gpushare_device_plugin_allocate_seconds",
-            "Allocate latency",
+            "Allocate latency by resource",
+            ["resource"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5),
             registry=self.registry,
         )
@@ -63,19 +66,24 @@ class Metrics(server.Observer):
         )
         self.corrections = prometheus_client.Counter(
             "gpushare_device_plugin_annotation_corrections",
-            "Containers whose placement annotations were corrected to the GPU the kubelet's devices show",
+            "Containers whose placement annotations were corrected to the GPUs the kubelet's devices show",
+            ["resource"],
             registry=self.registry,
         )
+        for name in resource_names:  # exported at 0 from the start, not only after the first event
+            self.corrections.labels(name)
+            for result in ("ok", "refused"):
+                self.allocations.labels(name, result)
 
-    def allocated(self, seconds: float, ok: bool) -> None:
-        self.allocations.labels("ok" if ok else "refused").inc()
-        self.latency.observe(seconds)
+    def allocated(self, resource: str, seconds: float, ok: bool) -> None:
+        self.allocations.labels(resource, "ok" if ok else "refused").inc()
+        self.latency.labels(resource).observe(seconds)
 
     def streamed(self, size: int) -> None:
         self.list_bytes.set(size)
 
-    def corrected(self, containers: int) -> None:
-        self.corrections.inc(containers)
+    def corrected(self, resource: str, containers: int) -> None:
+        self.corrections.labels(resource).inc(containers)
 
 
 def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
@@ -122,7 +130,7 @@ class Plugin:
                 f"the device list would be {size} bytes, above {settings.max_list_bytes} (the kubelet "
                 "refuses messages over 4 MB): use --memory-unit GiB or a larger --mib-per-device"
             )
-        self.metrics = Metrics()
+        self.metrics = Metrics((settings.resource_name, settings.whole_card_resource))
         self.stop_event = threading.Event()
         try:
             self.api = client.connect(
@@ -151,18 +159,45 @@ class Plugin:
             kubelet=self.kubelet_pods,
             mps_dirs=self.mode.mps_dirs,
         )
-        self.reconciler = (
-            reconcile.Reconciler(
-                self.allocator, self.kubelet_pods, self.api, self.metrics, period_s=settings.reconcile_s
-            )
-            if self.kubelet_pods
+        # Whole cards: a second endpoint over the same GPUs, health, mode switch and reconciliation
+        # (cardserver.py).
+        self.card_pods = podsource.PodStore(
+            resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=cardviews.card_view
+        )
+        self.card_kubelet = (
+            reconcile.PodResourcesClient(settings.pod_resources_socket, settings.whole_card_resource)
+            if settings.pod_resources_socket
             else None
         )
+        self.card_allocator = wholecards.CardAllocator(
+            self.state,
+            self.card_pods,
+            self.marker,
+            isolation_disabled=self.labels.isolation_disabled,
+            node_name=settings.node_name,
+            resource_name=settings.whole_card_resource,
+            wait_s=settings.allocate_wait_s,
+            kubelet=self.card_kubelet,
+        )
+        self.reconciler = (
+            reconcile.Reconciler(
+                [
+                    reconcile.Source(self.allocator, self.kubelet_pods),
+                    reconcile.Source(self.card_allocator, self.card_kubelet),
+                ],
+                self.api,
+                self.metrics,
+                period_s=settings.reconcile_s,
+            )
+            if self.kubelet_pods and self.card_kubelet
+            else None
+        )
+        poke = self.reconciler.poke if self.reconciler else lambda: None
         self.service = server.DevicePluginService(
             self.state,
             self.allocator,
             self.metrics,
-            after_allocate=self.reconciler.poke if self.reconciler else lambda: None,
+            after_allocate=poke,
         )
         self.pod_watch = watch.Watcher(
             self.api,
@@ -186,27 +221,8 @@ class Plugin:
                 settings.device_plugin_dir, settings.endpoint, settings.resource_name
             ),
         )
-        # Whole cards: a second endpoint over the same GPUs, health and mode switch (cardserver.py).
-        self.card_pods = podsource.PodStore(
-            resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=cardviews.card_view
-        )
-        self.card_kubelet = (
-            reconcile.PodResourcesClient(settings.pod_resources_socket, settings.whole_card_resource)
-            if settings.pod_resources_socket
-            else None
-        )
-        self.card_allocator = wholecards.CardAllocator(
-            self.state,
-            self.card_pods,
-            self.marker,
-            isolation_disabled=self.labels.isolation_disabled,
-            node_name=settings.node_name,
-            resource_name=settings.whole_card_resource,
-            wait_s=settings.allocate_wait_s,
-            kubelet=self.card_kubelet,
-        )
         self.card_server = registration.PluginServer(
-            cardserver.CardService(self.state, self.card_allocator, self.metrics),
+            cardserver.CardService(self.state, self.card_allocator, self.metrics, after_allocate=poke),
             registration.RegistrationSettings(
                 settings.device_plugin_dir, settings.card_endpoint(), settings.whole_card_resource
             ),
@@ -277,8 +293,6 @@ class Plugin:
             self.http.server_close()
         self.server.stop()
         self.card_server.stop()
-        if self.card_kubelet is not None:
-            self.card_kubelet.close()
         if self.reconciler is not None:
             self.reconciler.stop()
         self.publisher.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import grpc
 
@@ -35,11 +35,16 @@ def card_list(state: DeviceState) -> tuple[int, api_pb2.ListAndWatchResponse]:
 
 class CardService(api_pb2_grpc.DevicePluginServicer):
     def __init__(
-        self, state: DeviceState, allocator: CardAllocator, observer: server.Observer | None = None
+        self,
+        state: DeviceState,
+        allocator: CardAllocator,
+        observer: server.Observer | None = None,
+        after_allocate: Callable[[], None] = lambda: None,
     ) -> None:
         self.state = state
         self.allocator = allocator
         self.observer = observer or server.Observer()
+        self.after_allocate = after_allocate  # reconcile with the kubelet's PodResources soon
         self.stopping = threading.Event()
 
     def GetDevicePluginOptions(  # noqa: N802 (the kubelet's method name)
@@ -77,7 +82,7 @@ class CardService(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.AllocateResponse:
         started = time.perf_counter()
         if not request.container_requests:
-            self.observer.allocated(time.perf_counter() - started, False)
+            self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "gpushare: Allocate request has no container requests"
             )
@@ -87,13 +92,14 @@ class CardService(api_pb2_grpc.DevicePluginServicer):
                 answer = self.allocator.allocate(list(container.devices_ids))
             except AllocateError as err:
                 log.warning("whole-card Allocate refused: %s", err)
-                self.observer.allocated(time.perf_counter() - started, False)
+                self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
                 code = (
                     grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
                 )
                 context.abort(code, str(err))
             responses.append(api_pb2.ContainerAllocateResponse(envs=answer.envs))
-        self.observer.allocated(time.perf_counter() - started, True)
+        self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, True)
+        self.after_allocate()
         return api_pb2.AllocateResponse(container_responses=responses)
 
     def PreStartContainer(  # noqa: N802 (the kubelet's method name)

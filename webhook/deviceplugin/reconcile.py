@@ -1,6 +1,7 @@
 """The kubelet's PodResources List (which pod and container got which device IDs) and the loop that
-reconciles with it: annotations corrected where a container got another GPU than its pod's placement,
-the allocation book rebuilt after a plugin restart, pods finished before a restart marked assigned.
+reconciles with it, for gpu-mem and whole cards alike: annotations corrected where a container got
+another GPU than its pod's placement, the allocation books rebuilt after a plugin restart, pods
+finished before a restart marked assigned.
 
 Optional: without the socket (not mounted, old kubelet) the plugin matches by its own book only.
 """
@@ -10,15 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import grpc
 import kubernetes.client
 
 from webhook.core import matching
 from webhook.deviceplugin import server
-from webhook.deviceplugin.allocator import Allocator
 from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
 from webhook.kube import errors, pods
 
@@ -82,27 +84,41 @@ class PodResourcesClient:
             self._channel = self._stub = None
 
 
+class BookKeeper(Protocol):
+    """An allocator whose book `Reconciler` syncs: the gpu-mem one or the whole-card one."""
+
+    resource_name: str
+
+    def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One resource to reconcile: its allocator and the kubelet's list of that resource's devices."""
+
+    allocator: BookKeeper
+    client: PodResourcesClient
+
+
 class Reconciler:
-    """Runs `Allocator.sync` on the kubelet's list shortly after Allocates (`poke`) and every
+    """Runs each source's `sync` on the kubelet's list shortly after Allocates (`poke`) and every
     `period_s`, and writes the corrected annotations (retried next round when the API fails)."""
 
     def __init__(
         self,
-        allocator: Allocator,
-        client: PodResourcesClient,
+        sources: Sequence[Source],
         api: kubernetes.client.ApiClient,
         observer: server.Observer | None = None,
         *,
         period_s: float = 30.0,
         delay_s: float = 0.5,
     ) -> None:
-        self.allocator = allocator
-        self.client = client
+        self.sources = tuple(sources)
         self.api = api
         self.observer = observer or server.Observer()
         self.period_s = period_s
         self.delay_s = delay_s
-        self.corrections = 0  # containers whose annotations were corrected
+        self.corrections = 0  # containers whose annotations were corrected, all resources
         self.rounds = 0
         self.round_done = threading.Condition()
         self._round = threading.Lock()  # the loop and a caller (start, tests) never run at once
@@ -121,7 +137,8 @@ class Reconciler:
         self._poked.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
-        self.client.close()
+        for source in self.sources:
+            source.client.close()
 
     def poke(self) -> None:
         # Only the first poke of a burst wakes the thread: a wake-up per Allocate would take the GIL
@@ -131,21 +148,27 @@ class Reconciler:
             self._poked.set()
 
     def run_once(self) -> bool:
-        """One round; False when the kubelet could not be asked."""
+        """One round; False when the kubelet could not be asked (for any resource)."""
         with self._round:
-            return self._round_once()
+            asked = [self._sync(source) for source in self.sources]
+        with self.round_done:
+            self.rounds += 1
+            self.round_done.notify_all()
+        return all(asked)
 
-    def _round_once(self) -> bool:
-        view = self.client.view()
+    def _sync(self, source: Source) -> bool:
+        view = source.client.view()
         if view is None:
             return False
-        for fix in self.allocator.sync(view):
+        resource = source.allocator.resource_name
+        for fix in source.allocator.sync(view):
             if self._written.get(fix.pod.uid) == fix.annotations:
                 continue  # written already; our watch has not shown it yet
             log.warning(
-                "pod %s: container(s) %s got other GPUs than its annotations named; correcting them to %s",
+                "pod %s: container(s) %s got other GPUs (%s) than its annotations named; correcting to %s",
                 fix.pod.key,
                 ", ".join(fix.containers),
+                resource,
                 fix.annotations.get("ALIYUN_COM_GPU_MEM_IDX"),
             )
             try:
@@ -157,10 +180,7 @@ class Reconciler:
                 continue
             self._written[fix.pod.uid] = fix.annotations
             self.corrections += len(fix.containers)
-            self.observer.corrected(len(fix.containers))
-        with self.round_done:
-            self.rounds += 1
-            self.round_done.notify_all()
+            self.observer.corrected(resource, len(fix.containers))
         return True
 
     def _run(self) -> None:

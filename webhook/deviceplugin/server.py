@@ -36,13 +36,14 @@ def list_response(state: DeviceState) -> tuple[int, api_pb2.ListAndWatchResponse
 
 
 class Observer:
-    """Counters and timings the shell exposes on /metrics; no-ops by default."""
+    """Counters and timings the shell exposes on /metrics, by resource (gpu-mem or whole cards: both
+    endpoints share one observer); no-ops by default."""
 
-    def allocated(self, seconds: float, ok: bool) -> None: ...
+    def allocated(self, resource: str, seconds: float, ok: bool) -> None: ...
 
     def streamed(self, size: int) -> None: ...
 
-    def corrected(self, containers: int) -> None: ...
+    def corrected(self, resource: str, containers: int) -> None: ...
 
 
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
@@ -106,7 +107,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     ) -> api_pb2.AllocateResponse:
         started = time.perf_counter()
         if not request.container_requests:
-            self.observer.allocated(time.perf_counter() - started, False)
+            self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "gpushare: Allocate request has no container requests"
             )
@@ -116,7 +117,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 answer = self.allocator.allocate(list(container.devices_ids))
             except AllocateError as err:
                 log.warning("Allocate refused: %s", err)
-                self.observer.allocated(time.perf_counter() - started, False)
+                self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
                 code = (
                     grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
                 )
@@ -126,7 +127,7 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 for m in answer.mounts
             ]
             responses.append(api_pb2.ContainerAllocateResponse(envs=answer.envs, mounts=mounts))
-        self.observer.allocated(time.perf_counter() - started, True)
+        self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, True)
         self.after_allocate()
         return api_pb2.AllocateResponse(container_responses=responses)
 

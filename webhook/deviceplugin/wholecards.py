@@ -16,7 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 
 from webhook.core import cardmatching, devices, matching, podviews, resources
-from webhook.deviceplugin.allocator import AllocateError, Answer, AssignMarker, KubeletPods, PodSource
+from webhook.deviceplugin.allocator import (
+    AllocateError,
+    Answer,
+    AssignMarker,
+    KubeletPods,
+    PodSource,
+    sync_book,
+)
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)
@@ -159,6 +166,14 @@ class CardAllocator:
         if self.book.progress.get(uid, 0) != slot:
             return None  # answered already (a repeated Allocate) or out of turn
         return matching.Match(pod, slot)
+
+    def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]:
+        """Reconcile with the kubelet's list of cards, as the gpu-mem book does (`sync_book`): after a
+        restart, pods the old process answered are marked assigned and a pod part-way through goes on;
+        a container answered with another pod's GPUs gets its pod's annotations corrected."""
+        return sync_book(
+            kubelet, book=self.book, lock=self.lock, pods=self.pods, state=self.state, marker=self.marker
+        )
 
     def _what(self, count: int) -> str:
         cards = "1 whole GPU" if count == 1 else f"{count} whole GPUs"

@@ -5,7 +5,8 @@ with the CA's key.
 The CA key is kept so that renewing the two certificates keeps their CA: kube-scheduler reads the
 extender tlsConfig's `caFile` once at start (client-go re-reads only the client certificate files), so
 a new CA would break it until restarted. No pod mounts `ca.key`: the chart projects only the other keys,
-and only ensure-certs' ServiceAccount may read the Secret. Used by `gpushare ensure-certs --client-name`.
+and only ensure-certs' ServiceAccount may read the Secret. Pure; `certsecrets` picks this kind for
+`gpushare ensure-certs --client-name`.
 """
 
 from __future__ import annotations
