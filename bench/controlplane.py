@@ -206,6 +206,16 @@ def main() -> None:
         for metric in sorted(own):
             mean, count = _histogram_mean(ours, metric, 'endpoint="mutate"')
             print(f"the webhook's own {metric} (/mutate): mean {mean * 1000:.2f} ms over {count:.0f}")
+        # Where run (a)'s time goes: kube-scheduler calls filter and prioritize one pod at a time.
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{bed.extender_port}/metrics", context=context
+        ) as reply:
+            extender = reply.read().decode()
+        for route in ("filter", "prioritize", "bind"):
+            mean, count = _histogram_mean(
+                extender, "gpushare_extender_request_duration_seconds", f'endpoint="{route}"'
+            )
+            print(f"the extender's own {route} time: mean {mean * 1000:.2f} ms over {count:.0f} calls")
     finally:
         bed.stop_all()
         cp.stop()

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.core import annotations as ann
-from webhook.core import mps, resources, wholecards
+from webhook.core import resources, wholecards
 from webhook.core.demand import DemandError
-from webhook.core.podviews import NO_PLACEMENT, PlacementError, PodView, Slot, container_name, waiting
+from webhook.core.podviews import NO_PLACEMENT, PlacementError, PodView, Slot, base_fields, container_name
 
 
 def card_view(
@@ -29,15 +29,9 @@ def card_view(
     names = names or resources.GpuResourceNames()
     meta = pod.get("metadata") or {}
     spec = pod.get("spec")
-    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
     notes = meta.get("annotations")
-    base: dict[str, Any] = {
-        "uid": uid,
-        "namespace": str(meta.get("namespace") or "default"),
-        "name": str(meta.get("name") or ""),
-        "waiting": waiting(meta, pod.get("status") or {}),
-        "compute_percent": notes.get(mps.COMPUTE_PERCENT_ANNOTATION) if isinstance(notes, Mapping) else None,
-    }
+    base = base_fields(meta, pod.get("status") or {})
+    uid: str = base["uid"]
     created = str(meta.get("creationTimestamp") or "")
     try:
         cards = wholecards.pod_cards(pod, names)

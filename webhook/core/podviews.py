@@ -57,16 +57,8 @@ def pod_view(
     """Read a pod dict; None when it asks for no GPU memory."""
     names = names or resources.GpuResourceNames()
     meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    uid = str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}")
-    notes = meta.get("annotations")
-    base: dict[str, Any] = {
-        "uid": uid,
-        "namespace": str(meta.get("namespace") or "default"),
-        "name": str(meta.get("name") or ""),
-        "waiting": waiting(meta, status),
-        "compute_percent": notes.get(mps.COMPUTE_PERCENT_ANNOTATION) if isinstance(notes, Mapping) else None,
-    }
+    base = base_fields(meta, pod.get("status") or {})
+    uid: str = base["uid"]
     try:
         want = demand.pod_demand(pod, names)
     except demand.DemandError as err:
@@ -90,6 +82,19 @@ def pod_view(
     except PlacementError as err:
         return PodView(order=order, first_units=order_units[0], placement=placement, problem=str(err), **base)
     return PodView(order=order, first_units=order_units[0], slots=slots, placement=placement, **base)
+
+
+def base_fields(meta: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+    """The `PodView` fields read alike for every pod (memory or whole cards): who it is, whether it
+    waits, its MPS compute share."""
+    notes = meta.get("annotations")
+    return {
+        "uid": str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
+        "namespace": str(meta.get("namespace") or "default"),
+        "name": str(meta.get("name") or ""),
+        "waiting": waiting(meta, status),
+        "compute_percent": notes.get(mps.COMPUTE_PERCENT_ANNOTATION) if isinstance(notes, Mapping) else None,
+    }
 
 
 def waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

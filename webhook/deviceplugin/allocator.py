@@ -5,6 +5,7 @@ Pods come from a `PodSource` (a watch of this node's pods, never an API list per
 kubelet's own pod list from `KubeletPods` (PodResources, optional); the matching is `core.matching`.
 The lock covers only the book, never a wait or an RPC, so one waiting Allocate blocks no other call.
 Marking a pod assigned goes to an `AssignMarker` queue. Failures raise `AllocateError`, never a fake env.
+`BookAllocator` is what this gpu-mem `Allocator` shares with the whole-card one (wholecards.py).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 from webhook.core import devices, matching, mps, podviews, resources
@@ -56,34 +57,104 @@ class AssignMarker(Protocol):
     def mark(self, pod: podviews.PodView) -> None: ...
 
 
-class Allocator:
-    """Keeps the allocation book across kubelet and server restarts (it lives as long as the process)."""
+@dataclass(eq=False, repr=False)
+class BookAllocator:
+    """What the gpu-mem and whole-card allocators share: an `AllocationBook` of this node's pods, kept as
+    long as the process (across kubelet and server restarts), the IDs GetPreferredAllocation advised,
+    when to ask the kubelet's list, and reconciliation with it. `_apart` and `_amount` are per resource."""
 
-    def __init__(
-        self,
-        state: DeviceState,
-        pods: PodSource,
-        marker: AssignMarker,
-        *,
-        isolation_disabled: Callable[[], bool],
-        node_name: str,
-        resource_name: str = resources.GPU_MEMORY,
-        wait_s: float = 3.0,
-        kubelet: KubeletPods | None = None,
-        mps_dirs: Callable[[], mps.MpsDirs | None] = lambda: None,
-    ) -> None:
-        self.state = state
-        self.mps_dirs = mps_dirs  # read per Allocate: the node's mode label may change at any time
-        self.pods = pods
-        self.marker = marker
-        self.isolation_disabled = isolation_disabled
-        self.node_name = node_name
-        self.resource_name = resource_name
-        self.wait_s = wait_s
-        self.kubelet = kubelet
-        self.book = matching.AllocationBook()
-        self.lock = threading.Lock()
-        self._preferred: dict[frozenset[str], tuple[str, int]] = {}  # IDs we advised -> (pod uid, slot)
+    state: DeviceState
+    pods: PodSource
+    marker: AssignMarker
+    _: KW_ONLY
+    isolation_disabled: Callable[[], bool]
+    node_name: str
+    resource_name: str
+    wait_s: float = 3.0
+    kubelet: KubeletPods | None = None
+    book: matching.AllocationBook = field(default_factory=matching.AllocationBook, init=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, init=False)  # the book only, no waits
+    _preferred: dict[frozenset[str], tuple[str, int]] = field(default_factory=dict, init=False)
+
+    def _apart(self, found: Sequence[matching.Match]) -> bool:
+        """Whether the book's candidates disagree on the GPUs: only then is the kubelet's list needed."""
+        raise NotImplementedError
+
+    def _amount(self, count: int) -> str:
+        """`count` devices in words, for refusals."""
+        raise NotImplementedError
+
+    def _view_for(self, count: int, pods: list[podviews.PodView]) -> matching.KubeletView | None:
+        """The kubelet's list when the book's candidates for `count` devices are `_apart`, else None."""
+        if self.kubelet is None:
+            return None
+        with self.lock:
+            found = self.book.candidates(count, pods)
+        return self.kubelet.view() if self._apart(found) else None  # outside the lock: an RPC
+
+    def _remember(self, ids: Sequence[str], match: matching.Match) -> None:
+        """Note the container these advised IDs are for; call with the lock held."""
+        if len(self._preferred) > 1024:  # advice the kubelet never followed
+            self._preferred.clear()
+        self._preferred[frozenset(ids)] = (match.pod.uid, match.slot_number)
+
+    def _advised(
+        self, ids: frozenset[str], count: int, pods: list[podviews.PodView]
+    ) -> matching.Match | None:
+        """The container we chose these exact IDs for in GetPreferredAllocation, if still waiting."""
+        advised = self._preferred.pop(ids, None)
+        if advised is None:
+            return None
+        uid, slot = advised
+        pod = next((p for p in pods if p.uid == uid), None)
+        if pod is None or pod.problem is not None or slot >= len(pod.slots) or pod.slots[slot].units != count:
+            return None
+        return matching.Match(pod, slot)
+
+    def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]:
+        """Reconcile the book with the kubelet's list of its resource: fix the book (restart,
+        mismatches), mark pods whose allocation finished before a restart, and return the annotations
+        that must be corrected."""
+        _, views = self.pods.snapshot()
+        memory = {g.index: self.state.granularity.units(g.memory_mib) for g in self.state.gpus}
+        with self.lock:
+            before = dict(self.book.progress)
+            corrections, moves = matching.reconcile(views, kubelet, self.book, memory)
+            self.book.sync(views, kubelet, moves)
+            finished = [
+                p
+                for p in views
+                if p.placement is not None
+                and not p.placement.assigned
+                and p.slots
+                and before.get(p.uid, 0) < len(p.slots) == self.book.progress.get(p.uid, 0)
+            ]
+        for pod in finished:
+            self.marker.mark(pod)
+        return corrections
+
+    def _explain(self, count: int, why: str) -> str:
+        what = self._amount(count)
+        return f"gpushare: cannot allocate {what} of {self.resource_name} on node {self.node_name}: {why}"
+
+
+def _no_mps() -> mps.MpsDirs | None:
+    return None
+
+
+@dataclass(eq=False, repr=False)
+class Allocator(BookAllocator):
+    """GPU memory shares: fake device IDs, several per GPU."""
+
+    resource_name: str = field(default=resources.GPU_MEMORY, kw_only=True)
+    # Read per Allocate: the node's mode label may change at any time.
+    mps_dirs: Callable[[], mps.MpsDirs | None] = field(default=_no_mps, kw_only=True)
+
+    def _apart(self, found: Sequence[matching.Match]) -> bool:
+        return len({tuple(sorted(m.slot.gpus.items())) if m.pod.problem is None else () for m in found}) != 1
+
+    def _amount(self, count: int) -> str:
+        return self.state.granularity.describe(count)
 
     def _view(self) -> matching.KubeletView | None:
         return self.kubelet.view() if self.kubelet is not None else None
@@ -91,7 +162,7 @@ class Allocator:
     def prefer(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
         """GetPreferredAllocation: IDs on the GPU(s) the extender placed the container on."""
         gpus, granularity = self.state.gpus, self.state.granularity
-        kubelet = self._view() if self._ambiguous(size) else None
+        kubelet = self._view_for(size, self.pods.snapshot()[1])
         deadline = time.monotonic() + self.wait_s
         while True:
             version, pods = self.pods.snapshot()
@@ -101,23 +172,12 @@ class Allocator:
                     available, must_include, size, found, gpus=gpus, granularity=granularity
                 )
                 if match is not None:
-                    if len(self._preferred) > 1024:  # advice the kubelet never followed
-                        self._preferred.clear()
-                    self._preferred[frozenset(ids)] = (match.pod.uid, match.slot_number)
+                    self._remember(ids, match)
                     return ids
             # Wait for our watch only when it shows no pod that could be the one yet.
             remaining = deadline - time.monotonic()
             if found or remaining <= 0 or not self.pods.wait_newer(version, remaining):
                 return ids
-
-    def _ambiguous(self, size: int) -> bool:
-        """Whether the book's candidates disagree on the GPUs: only then is the kubelet's list needed."""
-        if self.kubelet is None:
-            return False
-        _, pods = self.pods.snapshot()
-        with self.lock:
-            found = self.book.candidates(size, pods)
-        return len({tuple(sorted(m.slot.gpus.items())) if m.pod.problem is None else () for m in found}) != 1
 
     def allocate(self, device_ids: Sequence[str]) -> Answer:
         """The env (and MPS mounts) for one container that the kubelet gives these devices."""
@@ -187,7 +247,7 @@ class Allocator:
         self.book.commit(match, device_ids)
         log.info(
             "allocated %s to %s container %s: GPU %s",
-            self.state.granularity.describe(count),
+            self._amount(count),
             match.pod.key,
             match.slot.container,
             env[resources.ENV_MEM_IDX],
@@ -195,57 +255,3 @@ class Allocator:
         if match.last:
             self.marker.mark(match.pod)
         return Answer(env, mounts)
-
-    def _advised(
-        self, ids: frozenset[str], count: int, pods: list[podviews.PodView]
-    ) -> matching.Match | None:
-        """The container we chose these exact IDs for in GetPreferredAllocation, if still waiting."""
-        advised = self._preferred.pop(ids, None)
-        if advised is None:
-            return None
-        uid, slot = advised
-        pod = next((p for p in pods if p.uid == uid), None)
-        if pod is None or pod.problem is not None or slot >= len(pod.slots) or pod.slots[slot].units != count:
-            return None
-        return matching.Match(pod, slot)
-
-    def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]:
-        """Reconcile with the kubelet's list (`sync_book`)."""
-        return sync_book(
-            kubelet, book=self.book, lock=self.lock, pods=self.pods, state=self.state, marker=self.marker
-        )
-
-    def _explain(self, count: int, why: str) -> str:
-        what = self.state.granularity.describe(count)
-        return f"gpushare: cannot allocate {what} of {self.resource_name} on node {self.node_name}: {why}"
-
-
-def sync_book(
-    kubelet: matching.KubeletView,
-    *,
-    book: matching.AllocationBook,
-    lock: threading.Lock,
-    pods: PodSource,
-    state: DeviceState,
-    marker: AssignMarker,
-) -> list[matching.Correction]:
-    """Reconcile a book (gpu-mem or whole cards) with the kubelet's list of its resource: fix the book
-    (restart, mismatches), mark pods whose allocation finished before a restart, and return the
-    annotations that must be corrected. `lock` guards `book`."""
-    _, views = pods.snapshot()
-    memory = {g.index: state.granularity.units(g.memory_mib) for g in state.gpus}
-    with lock:
-        before = dict(book.progress)
-        corrections, moves = matching.reconcile(views, kubelet, book, memory)
-        book.sync(views, kubelet, moves)
-        finished = [
-            p
-            for p in views
-            if p.placement is not None
-            and not p.placement.assigned
-            and p.slots
-            and before.get(p.uid, 0) < len(p.slots) == book.progress.get(p.uid, 0)
-        ]
-    for pod in finished:
-        marker.mark(pod)
-    return corrections

@@ -18,7 +18,6 @@ import prometheus_client
 from webhook.core import cardviews, resources
 from webhook.deviceplugin import (
     allocator,
-    cardserver,
     health,
     inventory,
     node,
@@ -160,7 +159,7 @@ class Plugin:
             mps_dirs=self.mode.mps_dirs,
         )
         # Whole cards: a second endpoint over the same GPUs, health, mode switch and reconciliation
-        # (cardserver.py).
+        # (server.WHOLE_CARDS).
         self.card_pods = podsource.PodStore(
             resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=cardviews.card_view
         )
@@ -222,7 +221,13 @@ class Plugin:
             ),
         )
         self.card_server = registration.PluginServer(
-            cardserver.CardService(self.state, self.card_allocator, self.metrics, after_allocate=poke),
+            server.DevicePluginService(
+                self.state,
+                self.card_allocator,
+                self.metrics,
+                after_allocate=poke,
+                endpoint=server.WHOLE_CARDS,
+            ),
             registration.RegistrationSettings(
                 settings.device_plugin_dir, settings.card_endpoint(), settings.whole_card_resource
             ),

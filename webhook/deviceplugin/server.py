@@ -1,4 +1,5 @@
-"""The DevicePlugin gRPC service: translates kubelet calls into `DeviceState` and `Allocator` calls.
+"""The DevicePlugin gRPC service of both our endpoints (gpu-mem shares, whole cards): translates kubelet
+calls into `DeviceState` and allocator calls. An `Endpoint` says what differs: the device list streamed.
 
 ListAndWatch streams the full device list on every change and stays open until the client goes or
 the server stops; GetPreferredAllocation advises device IDs on the placed GPU; Allocate answers one env
@@ -11,11 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 
-from webhook.deviceplugin.allocator import AllocateError, Allocator
+from webhook.deviceplugin.allocator import AllocateError, Answer
 from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
@@ -26,13 +29,42 @@ UNHEALTHY = "Unhealthy"
 # Kept equal to what Register sends: the kubelet stores the options from GetDevicePluginOptions.
 OPTIONS = api_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 
+Listing = Callable[[DeviceState], tuple[int, api_pb2.ListAndWatchResponse]]
+
 
 def list_response(state: DeviceState) -> tuple[int, api_pb2.ListAndWatchResponse]:
+    """The gpu-mem list: one fake device per unit of each GPU's memory."""
     version, fakes = state.snapshot()
     message = api_pb2.ListAndWatchResponse(
         devices=[api_pb2.Device(ID=d.id, health=HEALTHY if d.healthy else UNHEALTHY) for d in fakes]
     )
     return version, message
+
+
+def card_list(state: DeviceState) -> tuple[int, api_pb2.ListAndWatchResponse]:
+    """The whole-card list (our second endpoint; NVIDIA's plugin registers one per resource too): one
+    device per GPU, its ID the GPU's UUID, Unhealthy with its GPU; nothing while the node's mode shares
+    no GPUs (the same `DeviceState.advertised` switch as the gpu-mem list)."""
+    version, unhealthy, advertised = state.status()
+    gpus = state.gpus if advertised else ()
+    return version, api_pb2.ListAndWatchResponse(
+        devices=[
+            api_pb2.Device(ID=g.uuid, health=UNHEALTHY if g.index in unhealthy else HEALTHY) for g in gpus
+        ]
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """What one endpoint's service streams and how it reports."""
+
+    listing: Listing
+    observes_size: bool  # Observer.streamed: the gpu-mem list, thousands of devices, nears the 4 MB limit
+    call: str  # names Allocate in the refusal warning
+
+
+GPU_MEMORY = Endpoint(list_response, observes_size=True, call="Allocate")
+WHOLE_CARDS = Endpoint(card_list, observes_size=False, call="whole-card Allocate")
 
 
 class Observer:
@@ -46,18 +78,30 @@ class Observer:
     def corrected(self, resource: str, containers: int) -> None: ...
 
 
+class DeviceAllocator(Protocol):
+    """Allocate policy of one resource (allocator.Allocator, wholecards.CardAllocator)."""
+
+    resource_name: str
+
+    def prefer(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]: ...
+
+    def allocate(self, device_ids: Sequence[str]) -> Answer: ...
+
+
 class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def __init__(
         self,
         state: DeviceState,
-        allocator: Allocator,
+        allocator: DeviceAllocator,
         observer: Observer | None = None,
         after_allocate: Callable[[], None] = lambda: None,
+        endpoint: Endpoint = GPU_MEMORY,
     ) -> None:
         self.state = state
         self.allocator = allocator
         self.observer = observer or Observer()
         self.after_allocate = after_allocate  # e.g. reconcile with the kubelet's PodResources soon
+        self.endpoint = endpoint
         self.stopping = threading.Event()
         self._cache: tuple[int, api_pb2.ListAndWatchResponse] | None = None
         self._cache_lock = threading.Lock()
@@ -70,9 +114,9 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
     def _response(self) -> tuple[int, api_pb2.ListAndWatchResponse]:
         # One message per version, shared by all streams (it can hold thousands of devices).
         with self._cache_lock:
-            version, _ = self.state.snapshot()
+            version, _, _ = self.state.status()
             if self._cache is None or self._cache[0] != version:
-                self._cache = list_response(self.state)
+                self._cache = self.endpoint.listing(self.state)
             return self._cache
 
     def ListAndWatch(  # noqa: N802 (the kubelet's method name)
@@ -84,7 +128,8 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             version, message = self._response()
             if version != sent:
                 sent = version
-                self.observer.streamed(message.ByteSize())
+                if self.endpoint.observes_size:
+                    self.observer.streamed(message.ByteSize())
                 yield message
             self.state.wait_newer(sent, 0.5)
 
@@ -116,12 +161,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
             try:
                 answer = self.allocator.allocate(list(container.devices_ids))
             except AllocateError as err:
-                log.warning("Allocate refused: %s", err)
+                log.warning("%s refused: %s", self.endpoint.call, err)
                 self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
                 code = (
                     grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
                 )
                 context.abort(code, str(err))
+            # Whole cards get no mounts: an empty repeated field, the same message as none.
             mounts = [
                 api_pb2.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
                 for m in answer.mounts

@@ -3,67 +3,40 @@ extender placed a card pod on (GetPreferredAllocation) and answer Allocate with 
 
 Pods come from a card `PodSource` (core/cardviews.py views, fed by the node's pod watch), the kubelet's
 own pod list from `KubeletPods` (PodResources for the card resource): with two waiting pods asking the
-same number of cards it names the one being admitted, so GPUs are never swapped. The book is
-`core.matching.AllocationBook`; the env is the share path's (`matching.container_env`). A pod without a
-placement (it bypassed the extender) is refused: its card could be a GPU that holds shares.
+same number of cards it names the one being admitted, so GPUs are never swapped. The book and what goes
+with it are the share path's (`allocator.BookAllocator`), and so is the env (`matching.container_env`).
+A pod without a placement (it bypassed the extender) is refused: its card could be a GPU that holds
+shares.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from webhook.core import cardmatching, devices, matching, podviews, resources
-from webhook.deviceplugin.allocator import (
-    AllocateError,
-    Answer,
-    AssignMarker,
-    KubeletPods,
-    PodSource,
-    sync_book,
-)
-from webhook.deviceplugin.state import DeviceState
+from webhook.deviceplugin import allocator
 
 log = logging.getLogger(__name__)
 
 
-class CardAllocator:
-    """The card book; lives as long as the process, across kubelet and server restarts."""
+@dataclass(eq=False, repr=False)
+class CardAllocator(allocator.BookAllocator):
+    """Whole cards: one device ID per GPU, its UUID."""
 
-    def __init__(
-        self,
-        state: DeviceState,
-        pods: PodSource,
-        marker: AssignMarker,
-        *,
-        isolation_disabled: Callable[[], bool],
-        node_name: str,
-        resource_name: str = resources.NVIDIA_GPU,
-        wait_s: float = 3.0,
-        kubelet: KubeletPods | None = None,
-    ) -> None:
-        self.state = state
-        self.pods = pods
-        self.marker = marker
-        self.isolation_disabled = isolation_disabled
-        self.node_name = node_name
-        self.resource_name = resource_name
-        self.wait_s = wait_s
-        self.kubelet = kubelet
-        self.book = matching.AllocationBook()
-        self.lock = threading.Lock()  # the book only: never held over a wait or an RPC
-        self._preferred: dict[frozenset[str], tuple[str, int]] = {}  # IDs we advised -> (pod uid, slot)
+    resource_name: str = field(default=resources.NVIDIA_GPU, kw_only=True)
+
+    def _apart(self, found: Sequence[matching.Match]) -> bool:
+        return len({frozenset(m.slot.gpus) if m.pod.problem is None else frozenset() for m in found}) > 1
+
+    def _amount(self, count: int) -> str:
+        return "1 whole GPU" if count == 1 else f"{count} whole GPUs"
 
     def _candidates(self, count: int, pods: list[podviews.PodView]) -> list[matching.Match]:
         """The book's candidates; when they are placed on different GPUs, the kubelet's list decides."""
-        with self.lock:
-            found = self.book.candidates(count, pods)
-        gpus = {frozenset(m.slot.gpus) if m.pod.problem is None else frozenset() for m in found}
-        if self.kubelet is None or len(gpus) <= 1:
-            return found
-        view = self.kubelet.view()  # outside the lock: an RPC
+        view = self._view_for(count, pods)
         with self.lock:
             return self.book.candidates(count, pods, view)
 
@@ -76,21 +49,19 @@ class CardAllocator:
             ids, match = cardmatching.prefer(available, must_include, size, found, self.state.gpus)
             if match is not None:
                 with self.lock:
-                    if len(self._preferred) > 1024:  # advice the kubelet never followed
-                        self._preferred.clear()
-                    self._preferred[frozenset(ids)] = (match.pod.uid, match.slot_number)
+                    self._remember(ids, match)
                 return ids
             # Wait for our watch only while it shows no pod that could be the one.
             remaining = deadline - time.monotonic()
             if found or remaining <= 0 or not self.pods.wait_newer(version, remaining):
                 return ids
 
-    def allocate(self, device_ids: Sequence[str]) -> Answer:
+    def allocate(self, device_ids: Sequence[str]) -> allocator.Answer:
         """The env of the container the kubelet gives these cards to: its placement's GPUs."""
         try:
             chosen = cardmatching.card_gpus(device_ids, self.state.gpus)
         except devices.DeviceError as err:
-            raise AllocateError(f"{self._what(len(device_ids))}: {err}", invalid=True) from None
+            raise allocator.AllocateError(self._explain(len(device_ids), str(err)), invalid=True) from None
         deadline = time.monotonic() + self.wait_s
         while True:
             version, pods = self.pods.snapshot()
@@ -100,12 +71,12 @@ class CardAllocator:
                 why = str(err)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise AllocateError(f"{self._what(len(device_ids))}: {why}")
+                raise allocator.AllocateError(self._explain(len(device_ids), why))
             self.pods.wait_newer(version, remaining)
 
     def _answer(
         self, device_ids: Sequence[str], chosen: tuple[int, ...], pods: list[podviews.PodView]
-    ) -> Answer:
+    ) -> allocator.Answer:
         count = len(device_ids)
         with self.lock:
             self.book.forget_except(p.uid for p in pods)
@@ -120,7 +91,7 @@ class CardAllocator:
             except matching.Unplaceable as err:
                 with self.lock:
                     self.book.refuse(err.uid)
-                raise AllocateError(f"{self._what(count)}: {err}") from None
+                raise allocator.AllocateError(self._explain(count, str(err))) from None
         try:
             env = matching.container_env(
                 match, self.state.gpus, self.state.granularity, self.isolation_disabled()
@@ -128,7 +99,7 @@ class CardAllocator:
         except devices.DeviceError as err:
             with self.lock:
                 self.book.refuse(match.pod.uid)
-            raise AllocateError(f"{self._what(count)}: {err}") from None
+            raise allocator.AllocateError(self._explain(count, str(err))) from None
         if set(match.slot.gpus) != set(chosen):
             # The kubelet did not take our advice (or reused an init container's cards in another
             # order): the container gets its placement, which is what the extender's ledger counts.
@@ -150,34 +121,16 @@ class CardAllocator:
         )
         if match.last:
             self.marker.mark(match.pod)
-        return Answer(env)
+        return allocator.Answer(env)
 
     def _advised(
         self, ids: frozenset[str], count: int, pods: list[podviews.PodView]
     ) -> matching.Match | None:
         """The container we advised exactly these cards for, if it still waits for them."""
-        advised = self._preferred.pop(ids, None)
-        if advised is None:
-            return None
-        uid, slot = advised
-        pod = next((p for p in pods if p.uid == uid), None)
-        if pod is None or pod.problem is not None or slot >= len(pod.slots) or pod.slots[slot].units != count:
-            return None
-        if self.book.progress.get(uid, 0) != slot:
+        match = super()._advised(ids, count, pods)
+        if match is not None and self.book.progress.get(match.pod.uid, 0) != match.slot_number:
             return None  # answered already (a repeated Allocate) or out of turn
-        return matching.Match(pod, slot)
-
-    def sync(self, kubelet: matching.KubeletView) -> list[matching.Correction]:
-        """Reconcile with the kubelet's list of cards, as the gpu-mem book does (`sync_book`): after a
-        restart, pods the old process answered are marked assigned and a pod part-way through goes on;
-        a container answered with another pod's GPUs gets its pod's annotations corrected."""
-        return sync_book(
-            kubelet, book=self.book, lock=self.lock, pods=self.pods, state=self.state, marker=self.marker
-        )
-
-    def _what(self, count: int) -> str:
-        cards = "1 whole GPU" if count == 1 else f"{count} whole GPUs"
-        return f"gpushare: cannot allocate {cards} of {self.resource_name} on node {self.node_name}"
+        return match
 
 
 def _waiting(count: int, pods: list[podviews.PodView], book: matching.AllocationBook) -> str:
