@@ -79,10 +79,11 @@ def populate(server: ApiServer) -> None:
         phase="Running",
         annotations=placed({0: {0: 3}, 1: {2: 30}}),
     )
-    # Not counted: finished, being deleted, and one that bypassed the extender.
-    server.add_pod("done", gpu_mem=[8], node_name="n1", phase="Succeeded", annotations=placed({0: {0: 8}}))
+    # Being deleted, still counted: its containers hold the memory until the pod is gone.
     server.add_pod("leaving", gpu_mem=[8], node_name="n1", phase="Running", annotations=placed({0: {1: 8}}))
     server.mark_deleting("leaving")
+    # Not counted: finished, and one that bypassed the extender.
+    server.add_pod("done", gpu_mem=[8], node_name="n1", phase="Succeeded", annotations=placed({0: {0: 8}}))
     server.add_pod("rogue", gpu_mem=[2], node_name="n2", phase="Pending")
     server.add_pod("web", node_name="cpu-only", phase="Running")
 
@@ -105,16 +106,16 @@ def test_json_counts_every_gpu_of_mixed_sizes_and_multi_gpu_pods(
     code, out, _ = run(capsys, "--server", cluster.url, "-o", "json")
     assert code == 0
     found = json.loads(out)
-    assert (found["unit"], found["allocated"], found["total"], found["percent"]) == ("GiB", 63, 152, 41.4)
+    assert (found["unit"], found["allocated"], found["total"], found["percent"]) == ("GiB", 71, 152, 46.7)
     n1, n2 = found["nodes"]  # cpu-only has no GPUs and is left out
     assert (n1["name"], n1["address"], n1["allocated"], n1["total"], n1["pending"]) == (
         "n1",
         "10.0.0.1",
-        10,
+        18,
         32,
         0,
     )
-    assert [(g["index"], g["allocated"], g["total"]) for g in n1["gpus"]] == [(0, 4, 16), (1, 6, 16)]
+    assert [(g["index"], g["allocated"], g["total"]) for g in n1["gpus"]] == [(0, 4, 16), (1, 14, 16)]
     assert [(g["index"], g["allocated"], g["total"], g["healthy"]) for g in n2["gpus"]] == [
         (0, 13, 16, True),
         (1, 0, 24, False),
@@ -147,12 +148,12 @@ def test_text_summary_has_the_gpushare_inspect_columns_and_cluster_total(
         "MODEL",
     ]
     # Unlabelled nodes are the original gpushare nodes: mode share. n2 has GPUs of three models.
-    assert lines[1].split() == ["n1", "10.0.0.1", "4/16", "6/16", "10/32", "share", "-"]
+    assert lines[1].split() == ["n1", "10.0.0.1", "4/16", "14/16", "18/32", "share", "-"]
     assert lines[2].split() == [
         "n2", "-", "13/16", "0/24", "(unhealthy)", "40/80", "20", "53/120", "share", "mixed"
     ]  # fmt: skip
     assert "Allocated/Total GPU Memory In Cluster (GiB):" in lines
-    assert "63/152 (41%)" in lines
+    assert "71/152 (46%)" in lines
     assert "warning: n2: pod default/rogue: asks for GPU memory but was not placed by the extender" in lines
 
 
@@ -187,7 +188,7 @@ def test_mib_cluster_converts_gpus_published_in_gib(
     code, out, _ = run(capsys, "--server", cluster.url, "--unit", "MiB", "-o", "json", "n1", "n2")
     assert code == 0
     n1, n2 = json.loads(out)["nodes"]
-    assert (n1["allocated"], n1["total"]) == (10, 32)
+    assert (n1["allocated"], n1["total"]) == (18, 32)
     assert [g["total"] for g in n2["gpus"]] == [16 * 1024, 24 * 1024, 80 * 1024]
     code, out, _ = run(capsys, "--server", cluster.url, "--unit", "MiB", "n1")
     assert "GPU Memory(MiB)" in out.splitlines()[0]

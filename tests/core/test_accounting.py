@@ -100,7 +100,6 @@ def test_build_counts_live_pods_on_this_node_only():
         pod("b", {0: {0: 2}, 1: {1: 3}}, phase="Pending"),
         pod("done", {0: {0: 8}}, phase="Succeeded"),
         pod("failed", {0: {1: 8}}, phase="Failed"),
-        pod("gone", {0: {1: 8}}, deleting=True),
         pod("elsewhere", {0: {0: 8}}, node_name="n2"),
     ]
     ledger, skipped = accounting.build(node(devices=devices_json(16, 8)), pods)
@@ -108,6 +107,28 @@ def test_build_counts_live_pods_on_this_node_only():
     assert [s.key for s in ledger.shares()] == ["ns/a", "ns/b"]
     assert skipped == ()
     assert (ledger.total(), ledger.used()) == (24, 9)
+
+
+@pytest.mark.parametrize(
+    ("phase", "deleting", "holds"),
+    [
+        ("Running", True, True),
+        ("Pending", True, True),
+        ("Running", False, True),
+        ("Succeeded", True, False),
+        ("Failed", False, False),
+    ],
+    ids=["running-being-deleted", "pending-being-deleted", "running", "succeeded", "failed"],
+)
+def test_a_bound_pod_holds_its_memory_until_it_finishes_being_deleted_or_not(phase, deleting, holds):
+    # Its containers keep the GPU memory until the kubelet stops them; kube-scheduler counts it until gone.
+    going = pod("going", {0: {0: 4}}, phase=phase, deleting=deleting)
+    assert accounting.holds_memory(going) is holds
+    assert accounting.being_deleted(going) is deleting
+    ledger, _ = accounting.build(node(devices=devices_json(16)), [going])
+    assert ledger.used() == (4 if holds else 0)
+    removed, _ = accounting.build(node(devices=devices_json(16)), [])  # removed from the API: gone
+    assert removed.used() == 0
 
 
 def test_build_reads_pods_placed_by_the_original_extender():

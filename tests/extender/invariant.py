@@ -26,25 +26,22 @@ def asked(pod: Mapping[str, Any]) -> int:
     return total
 
 
-def holds(pod: Mapping[str, Any], terminating: bool = False) -> bool:
-    """Bound and not finished; being deleted only with `terminating`. The protocol frees a pod's memory
-    at its deletionTimestamp (docs/extender.md, Accounting), although its containers may run on through
-    the grace period: `terminating=True` checks that stricter promise."""
-    meta, phase = pod.get("metadata") or {}, (pod.get("status") or {}).get("phase")
-    if phase in ("Succeeded", "Failed") or (meta.get("deletionTimestamp") and not terminating):
+def holds(pod: Mapping[str, Any]) -> bool:
+    """Bound and not Succeeded/Failed, being deleted or not: a terminating pod's containers keep their GPU
+    memory until the kubelet has stopped them, so it counts until the API removes it (docs/extender.md,
+    Accounting)."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return False
     return bool((pod.get("spec") or {}).get("nodeName"))
 
 
-def stored_use(
-    pods: Iterable[Mapping[str, Any]], terminating: bool = False
-) -> tuple[dict[Gpu, int], list[str]]:
+def stored_use(pods: Iterable[Mapping[str, Any]]) -> tuple[dict[Gpu, int], list[str]]:
     """Memory per GPU held by the live bound pods, and the pods whose placement is wrong."""
     used: dict[Gpu, int] = {}
     wrong: list[str] = []
     seen: set[str] = set()
     for pod in pods:
-        if not holds(pod, terminating):
+        if not holds(pod):
             continue
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace')}/{meta.get('name')} (UID {meta.get('uid')})"
@@ -69,11 +66,9 @@ def stored_use(
     return used, wrong
 
 
-def violations(
-    pods: Iterable[Mapping[str, Any]], capacity: Mapping[Gpu, int], terminating: bool = False
-) -> list[str]:
+def violations(pods: Iterable[Mapping[str, Any]], capacity: Mapping[Gpu, int]) -> list[str]:
     """Every broken promise in this state of the API: over-committed GPUs, misplaced pods."""
-    used, found = stored_use(pods, terminating)
+    used, found = stored_use(pods)
     for gpu, units in sorted(used.items()):
         if units > capacity.get(gpu, 0):
             found.append(f"GPU {gpu[1]} of node {gpu[0]} holds {units} of {capacity.get(gpu, 0)}")

@@ -65,9 +65,6 @@ class Report:
     restarts: int = 0
     checks: int = 0  # states of the API checked
     bad_states: int = 0  # states with at least one violation
-    # Over-commits only when pods being deleted count too (invariant.holds): distinct texts, states.
-    terminating: list[str] = field(default_factory=list)
-    terminating_states: int = 0
     injected: collections.Counter[str] = field(default_factory=collections.Counter)
     errors: collections.Counter[str] = field(default_factory=collections.Counter)  # Error texts, shapes
     violations: list[str] = field(default_factory=list)
@@ -85,8 +82,7 @@ class Report:
             f"{self.seconds:.1f} s; "
             f"faults injected: {faults}; {self.checks} API states checked, "
             f"{self.bad_states} in violation ({len(self.violations)} distinct violations), "
-            f"{len(self.leaked)} GPUs with leaked reservations; "
-            f"{self.terminating_states} states over-committed if pods being deleted counted"
+            f"{len(self.leaked)} GPUs with leaked reservations"
         )
 
 
@@ -297,13 +293,10 @@ class _Run:
     def _judge(self, stored: Iterable[Mapping[str, Any]]) -> None:
         stored = list(stored)
         found = violations(stored, self.capacity)
-        strict = [v for v in violations(stored, self.capacity, terminating=True) if v not in found]
         with self.lock:
             self.report.checks += 1
             self.report.bad_states += bool(found)
             self.report.violations += [v for v in found if v not in self.report.violations]
-            self.report.terminating_states += bool(strict)
-            self.report.terminating += [v for v in strict if v not in self.report.terminating]
 
     def _on_pod(self, event: watch.WatchEvent) -> None:
         """Every state of the namespace's pods, as the watch shows them one change at a time."""

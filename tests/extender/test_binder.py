@@ -297,7 +297,17 @@ def test_pod_the_watch_has_not_shown_bound_elsewhere_is_refused_and_counted():
     assert api.bound == []
 
 
-def test_pod_bound_and_finished_or_being_deleted_says_so():
+def test_pod_bound_and_finished_says_so():
     finished = pod("a", 4, node_name="n1", placed={0: {0: 4}}, phase="Succeeded")
-    _, _, binder = setup(node("n1", 16), finished)
-    assert binder.bind(args("a")) == "pod default/a is bound to node n1 and has finished or is being deleted"
+    _, api, binder = setup(node("n1", 16), finished)
+    assert binder.bind(args("a")) == "pod default/a is bound to node n1 and has finished"
+    assert api.bound == []
+
+
+def test_pod_bound_and_being_deleted_says_so_and_keeps_its_memory():
+    going = pod("a", 4, node_name="n1", placed={0: {0: 4}}, phase="Running")
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache, api, binder = setup(node("n1", 16), going)
+    assert binder.bind(args("a")) == "pod default/a is bound to node n1 and is being deleted"
+    assert api.bound == []
+    assert used(cache, "n1") == [4]

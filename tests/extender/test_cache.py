@@ -41,6 +41,35 @@ def test_finished_and_deleted_pods_stop_counting():
     assert used(cache, "n1") == [0]
 
 
+def test_a_bound_pod_being_deleted_counts_until_it_finishes_or_is_removed():
+    placed = {0: {0: 4}}
+    cache = fed(node("n1", 16), pod("a", 4, node_name="n1", placed=placed, phase="Running"))
+    going = pod("a", 4, node_name="n1", placed=placed, phase="Running")
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache.pod_event(MODIFIED, going)  # its containers still run, on that memory
+    assert used(cache, "n1") == [4]
+    record = cache.pod("default/a")
+    assert record is not None and record.deleting and not record.ended
+    cache.pod_event(DELETED, going)
+    assert used(cache, "n1") == [0]
+    cache.pod_event(ADDED, going)
+    done = pod("a", 4, node_name="n1", placed=placed, phase="Failed")
+    done["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache.pod_event(MODIFIED, done)
+    assert used(cache, "n1") == [0]
+
+
+def test_an_unbound_pod_being_deleted_drops_its_assumption():
+    # kube-apiserver refuses the Binding of a pod being deleted: the reservation can never land.
+    cache = fed(node("n1", 8), pod("a", 4))
+    cache.assume("default/a", "uid-a", "n1", ann.Allocation({0: {0: 4}}), now_ns=1)
+    going = pod("a", 4)
+    going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    cache.pod_event(MODIFIED, going)
+    assert cache.assumed() == {}
+    assert used(cache, "n1") == [0]
+
+
 def test_pod_seen_before_its_node_counts_once_the_node_arrives():
     cache = Cache()
     cache.pod_event(ADDED, pod("a", 4, node_name="n1", placed={0: {0: 4}}))

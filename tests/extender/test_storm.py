@@ -48,12 +48,16 @@ def test_violations_are_read_from_the_stored_pods(pods, found):
     assert invariant.violations(pods, CAPACITY) == found
 
 
-def test_pods_being_deleted_free_their_memory_unless_the_strict_check_is_asked_for():
+def test_a_pod_being_deleted_keeps_its_memory_until_it_is_gone():
     going = bound("a", {0: {0: 10}}, 10)
     going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-    stored = [going, bound("b", {0: {0: 10}}, 10)]
-    assert invariant.violations(stored, CAPACITY) == []
-    assert invariant.violations(stored, CAPACITY, terminating=True) == ["GPU 0 of node n1 holds 20 of 16"]
+    assert invariant.violations([going, bound("b", {0: {0: 10}}, 10)], CAPACITY) == [
+        "GPU 0 of node n1 holds 20 of 16"
+    ]
+    done = bound("a", {0: {0: 10}}, 10, phase="Failed")
+    done["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert invariant.violations([done, bound("b", {0: {0: 10}}, 10)], CAPACITY) == []
+    assert invariant.violations([bound("b", {0: {0: 10}}, 10)], CAPACITY) == []  # removed
 
 
 def test_killed_faulty_api_sends_nothing_more_but_lets_calls_on_the_wire_finish():

@@ -54,10 +54,19 @@ def pod_key(pod: Mapping[str, Any]) -> str:
 
 
 def holds_memory(pod: Mapping[str, Any]) -> bool:
-    """A pod counts while it is neither Succeeded/Failed nor being deleted (as the original extender)."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    return not meta.get("deletionTimestamp") and status.get("phase") not in TERMINAL_PHASES
+    """A pod counts until it is Succeeded/Failed or removed from the API, being deleted or not.
+
+    A terminating pod's containers keep their GPU memory until the kubelet has stopped them (up to the
+    grace period), and kube-scheduler and the kubelet count its resources until the object is gone too
+    (the original extender stopped at the deletionTimestamp, and could over-commit meanwhile).
+    """
+    return (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def being_deleted(pod: Mapping[str, Any]) -> bool:
+    """The pod has a deletionTimestamp: it still holds its memory (`holds_memory`), but kube-apiserver
+    never binds it any more."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
 
 
 def node_name_of(pod: Mapping[str, Any]) -> str:

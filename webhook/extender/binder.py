@@ -235,7 +235,9 @@ class Binder:
                 self.cache.adopt(pod, self._clock_ns())
                 return _bound_answer(args, node, _has_placement(pod))
         if record.node and record.ended:
-            return f"pod {args.key} is bound to node {record.node} and has finished or is being deleted"
+            return f"pod {args.key} is bound to node {record.node} and has finished"
+        if record.node and record.deleting:  # it keeps its memory until it is gone, and is never bound again
+            return f"pod {args.key} is bound to node {record.node} and is being deleted"
         if record.node:
             # Whole cards on a node NVIDIA's plugin serves carry no placement of ours.
             plain = record.cards.asks() and whole.ours(self.cache, record.node) is None
@@ -302,7 +304,7 @@ class Binder:
             if node == args.node and all(current.get(k) == v for k, v in wanted.items()):
                 return _Outcome("", landed=True)
             return _Outcome(_bound_answer(args, node, _has_placement(pod)), pod=pod)
-        if meta.get("deletionTimestamp"):
+        if accounting.being_deleted(pod):  # kube-apiserver never binds it now
             return _Outcome(f"pod {args.key} is being deleted")
         return None
 

@@ -35,7 +35,8 @@ class PodRecord:
     share: accounting.PodShare | None = None
     problem: str = ""
     count_label: object = None  # the gpu-count label as last read: the only input of `demand` that may change
-    ended: bool = False  # finished or being deleted: holds no memory any more
+    ended: bool = False  # Succeeded/Failed: holds no memory any more
+    deleting: bool = False  # has a deletionTimestamp: still holds its memory until the API removes it
     cards: wholecards.CardDemand = wholecards.NO_CARDS  # whole cards (nvidia.com/gpu) it asks for
 
 
@@ -105,6 +106,7 @@ def record_of(
         problem=problem,
         count_label=count_label,
         ended=not accounting.holds_memory(pod),
+        deleting=accounting.being_deleted(pod),
         cards=cards,
     )
 
@@ -229,6 +231,8 @@ class Cache:
                     or assumption.uid != uid
                     or accounting.node_name_of(pod)
                     or not accounting.holds_memory(pod)
+                    # Unbound and being deleted: kube-apiserver refuses its Binding, so none will land.
+                    or accounting.being_deleted(pod)
                 )
             ):
                 # The watch now shows where the pod really is (or that it is gone): it replaces the guess.
