@@ -107,3 +107,35 @@ def test_the_admission_policy_lets_the_plugin_write_exactly_the_gpu_type_labels(
     policy = render.find(render.render(), "ValidatingAdmissionPolicy", "-device-plugin")
     (variable,) = [v for v in policy["spec"]["variables"] if v["name"] == "nodeLabels"]
     assert tuple(re.findall(r"'([^']+)'", variable["expression"])) == gpulabels.KEYS
+
+
+def _plugin_args(spec: dict[str, Any]) -> Any:
+    (container,) = spec["containers"]
+    return serve_device_plugin.build_parser().parse_args(container["args"][1:])
+
+
+def test_the_kubelets_pod_resources_folder_is_mounted_read_only_and_given_to_the_plugin() -> None:
+    spec = _spec()
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["pod-resources"] == {
+        "name": "pod-resources",
+        "mountPath": "/var/lib/kubelet/pod-resources",
+        "readOnly": True,
+    }
+    assert volumes["pod-resources"]["hostPath"] == {
+        "path": "/var/lib/kubelet/pod-resources",
+        "type": "Directory",
+    }
+    assert _plugin_args(spec).pod_resources_socket == "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+def test_an_empty_pod_resources_folder_mounts_nothing_and_turns_the_api_off() -> None:
+    spec = _spec({"devicePlugin": {"podResourcesDir": ""}})
+    assert "pod-resources" not in {m["name"] for m in spec["containers"][0]["volumeMounts"]}
+    assert "pod-resources" not in {v["name"] for v in spec["volumes"]}
+    assert _plugin_args(spec).pod_resources_socket == ""
+
+
+def test_a_relative_pod_resources_folder_is_refused_by_the_schema() -> None:
+    assert "podResourcesDir" in render.render_error({"devicePlugin": {"podResourcesDir": "var/lib"}})

@@ -159,8 +159,12 @@ def test_device_plugin_daemonset_meets_the_kubelet_contract(objects: list[dict[s
     ds = render.find(objects, "DaemonSet", "-device-plugin")
     spec = ds["spec"]["template"]["spec"]
     assert "nodeSelector" not in spec  # the mode affinity chooses the nodes (test_deviceplugin_modes.py)
-    (volume,) = [v for v in spec["volumes"] if "hostPath" in v]
-    assert volume["hostPath"] == {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"}
+    host_paths = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
+    # The device-plugin folder, and the PodResources folder (test_deviceplugin_modes.py); nothing else.
+    assert host_paths == {
+        "device-plugins": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
+        "pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+    }
     container = spec["containers"][0]
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}

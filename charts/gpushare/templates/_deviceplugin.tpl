@@ -6,6 +6,11 @@
 - --mib-per-device={{ .Values.gpuMemory.mibPerDevice }}
 {{- end }}
 - --device-plugin-dir={{ .Values.devicePlugin.devicePluginDir }}
+{{- if .Values.devicePlugin.podResourcesDir }}
+- --pod-resources-socket={{ .Values.devicePlugin.podResourcesDir }}/kubelet.sock
+{{- else }}
+- --pod-resources-socket=
+{{- end }}
 - --whole-card-resource={{ .Values.gpuResources.wholeCard }}
 - --health-port={{ .Values.devicePlugin.healthPort }}
 {{- with .Values.devicePlugin.mps }}
