@@ -72,15 +72,65 @@ def test_an_unreadable_client_certificate_exits_1_naming_it(url, files, tmp_path
     ("argv", "message"),
     [
         (["--extender-ca", "ca.crt"], "go with --extender"),
+        (["--extender-server-name", "x.svc"], "go with --extender"),
         (
             ["--extender", "https://x", "--extender-cert", "c.crt"],
             "--extender-cert and --extender-key go together",
         ),
     ],
-    ids=["tls-files-without-extender", "cert-without-key"],
+    ids=["tls-files-without-extender", "server-name-without-extender", "cert-without-key"],
 )
 def test_tls_flags_that_cannot_work_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         inspect.main(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.fixture
+def service_only_url(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[str, dict[str, Path]]]:
+    """An extender whose certificate names only its Service, as the chart issues it, reached on 127.0.0.1
+    (what `kubectl port-forward` gives)."""
+    ca = certificates.generate_ca("extender-ca", NOW)
+    serving = certificates.generate_serving(ca, [SERVICE], [], NOW)
+    client = certificates.generate_client(ca, "gpushare-scheduler", [], NOW)
+    files = {name: tmp_path / name for name in ("ca", "tls.crt", "tls.key", "client.crt", "client.key")}
+    for name, data in (
+        ("ca", ca.cert_pem),
+        ("tls.crt", serving.cert_pem),
+        ("tls.key", serving.key_pem),
+        ("client.crt", client.cert_pem),
+        ("client.key", client.key_pem),
+    ):
+        files[name].write_bytes(data)
+    apiserver.put(node("n1", 16, 8))
+    settings = ExtenderSettings(
+        host="127.0.0.1", port=0, tls_cert=files["tls.crt"], tls_key=files["tls.key"], client_ca=files["ca"]
+    )
+    ext = Extender(settings, apiserver.new_client()).start()
+    assert ext.wait_synced(10)
+    yield f"{ext.url}/gpushare-scheduler", files
+    ext.stop()
+
+
+SERVICE = "gs-gpushare-extender.gpu-system.svc"
+
+
+def _tls_argv(url: str, files: dict[str, Path]) -> list[str]:
+    return [
+        "--extender", url, "--extender-ca", str(files["ca"]), "-o", "json",
+        "--extender-cert", str(files["client.crt"]), "--extender-key", str(files["client.key"]),
+    ]  # fmt: skip
+
+
+def test_a_port_forwarded_extender_is_verified_against_its_service_name(service_only_url, capsys):
+    url, files = service_only_url
+    assert inspect.main([*_tls_argv(url, files), "--extender-server-name", SERVICE]) == 0
+    assert [n["name"] for n in json.loads(capsys.readouterr().out)["nodes"]] == ["n1"]
+
+
+def test_without_the_server_name_the_address_mismatch_is_an_error_not_a_trust(service_only_url, capsys):
+    url, files = service_only_url
+    assert inspect.main(_tls_argv(url, files)) == 1
+    err = capsys.readouterr().err
+    assert "cannot reach the extender" in err and "127.0.0.1" in err

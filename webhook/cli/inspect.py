@@ -27,6 +27,7 @@ from webhook.core import annotations as ann
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest
+from webhook.serving import tls
 
 OUTPUTS = ("text", "json")
 PAGE_SIZE = 500
@@ -49,6 +50,7 @@ class InspectSettings:
     extender_ca: str = ""
     extender_cert: str = ""
     extender_key: str = ""
+    extender_server_name: str = ""  # the name its certificate holds, when dialled by IP or port-forward
     client: kube_client.ClientSettings = field(default_factory=kube_client.ClientSettings)
     timeout_s: float = DEFAULT_TIMEOUT_S
     names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
@@ -93,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="client certificate (PEM) the extender asks for, e.g. client.crt of its Secret",
     )
     source.add_argument("--extender-key", default="", metavar="FILE", help="private key of --extender-cert")
+    source.add_argument(
+        "--extender-server-name",
+        default="",
+        metavar="NAME",
+        help="the name the extender's certificate holds, when the URL dials another (an IP, or 127.0.0.1 "
+        "through kubectl port-forward), e.g. gpushare-extender.gpushare-system.svc (default: the URL's host)",
+    )
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     return parser
 
@@ -106,8 +115,12 @@ def main(argv: list[str]) -> int:
         parser.error(
             "--extender reads the extender; it does not combine with --server/--kubeconfig/--context"
         )
-    if (args.extender_ca or args.extender_cert or args.extender_key) and not args.extender:
-        parser.error("--extender-ca, --extender-cert and --extender-key go with --extender")
+    if (
+        args.extender_ca or args.extender_cert or args.extender_key or args.extender_server_name
+    ) and not args.extender:
+        parser.error(
+            "--extender-ca, --extender-cert, --extender-key and --extender-server-name go with --extender"
+        )
     if bool(args.extender_cert) != bool(args.extender_key):
         parser.error("--extender-cert and --extender-key go together")
     settings = InspectSettings(
@@ -119,6 +132,7 @@ def main(argv: list[str]) -> int:
         extender_ca=args.extender_ca,
         extender_cert=args.extender_cert,
         extender_key=args.extender_key,
+        extender_server_name=args.extender_server_name,
         # No retries: an unreachable server fails after one --timeout, and urllib3 logs nothing.
         client=kube_client.ClientSettings(
             host=args.server, kubeconfig=args.kubeconfig, context=args.context, retries=0
@@ -280,15 +294,17 @@ def from_extender(
 
 def _extender_tls(settings: InspectSettings) -> ssl.SSLContext:
     try:
-        context = ssl.create_default_context(cafile=settings.extender_ca or None)
-        if settings.extender_cert:
-            context.load_cert_chain(settings.extender_cert, settings.extender_key)
+        return tls.client_context(
+            settings.extender_ca,
+            settings.extender_cert,
+            settings.extender_key,
+            settings.extender_server_name,
+        )
     except (OSError, ssl.SSLError) as err:
         files = ", ".join(
             f for f in (settings.extender_ca, settings.extender_cert, settings.extender_key) if f
         )
         raise InspectError(f"cannot load {files}: {err}") from None
-    return context
 
 
 def _fetch(url: str, timeout: float, context: ssl.SSLContext | None = None) -> Any:

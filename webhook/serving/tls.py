@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from webhook.core import certificates
 
@@ -79,6 +80,36 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
         except (OSError, ssl.SSLError) as exc:
             raise TlsError(f"cannot load client CA {files.client_ca}: {exc}") from exc
     return ctx
+
+
+class NamedClientContext(ssl.SSLContext):
+    """A client context that checks the server's certificate (and sends SNI) for `server_name` instead of
+    the host dialled: reaching a Service's pod by IP or through `kubectl port-forward` to 127.0.0.1, the
+    certificate names the Service, not the address."""
+
+    server_name = ""
+
+    def wrap_socket(self, sock: Any, *args: Any, **kwargs: Any) -> Any:
+        if self.server_name:
+            kwargs["server_hostname"] = self.server_name
+        return super().wrap_socket(sock, *args, **kwargs)
+
+
+def client_context(
+    ca_file: str = "", cert_file: str = "", key_file: str = "", server_name: str = ""
+) -> ssl.SSLContext:
+    """TLS >= 1.2 client context verifying against `ca_file` (the system store when empty), presenting
+    `cert_file`/`key_file` when given. OSError or ssl.SSLError when a file cannot be loaded."""
+    context = NamedClientContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.server_name = server_name
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    else:
+        context.load_default_certs()
+    if cert_file:
+        context.load_cert_chain(cert_file, key_file or None)
+    return context
 
 
 class ReloadingContext:
