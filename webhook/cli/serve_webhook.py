@@ -68,8 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--scheduler-name",
-        help="also set spec.schedulerName to this on GPU-memory pods that left it unset (default: unset, "
-        "pods keep the default scheduler)",
+        help="also set spec.schedulerName to this on pods asking for GPU memory or whole cards that left it "
+        "unset or at default-scheduler (default: unset, pods keep the default scheduler)",
     )
     p.add_argument(
         "--max-body-bytes", type=int, help=f"largest request body in bytes (default: {d.max_body_bytes})"
