@@ -27,18 +27,12 @@ from pathlib import Path
 
 from admission_review import realistic_review
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.admission.stalling import CHART_LIMIT_MIB, open_stalled, rss_mib, still_open, timed_request
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
 from webhook.serving import logs, probes, protocol, server, tls
-
-CHART_LIMIT_MIB = 256
-STALLS = (
-    b"",
-    b"",
-    b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Ty",
-    b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 4096\r\n\r\n{",
-)
 
 
 def serve(cert_dir: Path, held_s: float) -> None:
@@ -53,51 +47,6 @@ def serve(cert_dir: Path, held_s: float) -> None:
     srv = server.AppServer(admission_app.create_app(cfg, readiness), options, readiness)
     print(srv.port, flush=True)
     srv.run()
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-async def open_stalled(port: int, ctx: ssl.SSLContext, count: int) -> list[asyncio.StreamWriter]:
-    gate = asyncio.Semaphore(64)
-
-    async def one(i: int) -> asyncio.StreamWriter | None:
-        async with gate:
-            try:
-                _, writer = await asyncio.open_connection(
-                    "127.0.0.1", port, ssl=ctx, server_hostname="localhost"
-                )
-            except OSError:
-                return None
-            if STALLS[i % len(STALLS)]:
-                writer.write(STALLS[i % len(STALLS)])
-                await writer.drain()
-            return writer
-
-    opened = await asyncio.gather(*(one(i) for i in range(count)))
-    return [w for w in opened if w is not None]
-
-
-async def timed_request(port: int, ctx: ssl.SSLContext, method: str, path: str, body: bytes) -> float:
-    """Seconds for a new connection's request and answer (TLS handshake included)."""
-    start = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
-    head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-    writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-    answer = await asyncio.wait_for(reader.read(), 10)
-    elapsed = time.perf_counter() - start
-    writer.close()
-    if not answer.startswith(b"HTTP/1.1 200 "):
-        raise RuntimeError(f"{path}: {answer[:120]!r}")
-    return elapsed
-
-
-def still_open(writers: list[asyncio.StreamWriter]) -> int:
-    return sum(not w.transport.is_closing() and not w.is_closing() for w in writers)
 
 
 async def probe(port: int, ctx: ssl.SSLContext) -> dict[str, float]:

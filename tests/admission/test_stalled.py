@@ -18,21 +18,13 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from tests.admission import samples
+from tests.admission.stalling import CHART_LIMIT_MIB, open_stalled, rss_mib, still_open, timed_request
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
 from webhook.serving import logs, probes, protocol, server, tls
 
 CONNECTIONS = int(os.environ.get("GPUSHARE_STALLED", "300"))
 AT_SCALE = 2000  # what issue 12 asks to survive
-CHART_LIMIT_MIB = 256  # charts/gpushare/values.yaml: webhook resources.limits.memory
-# Half send nothing after the handshake, a quarter half the headers, a quarter the headers and half a body.
-STALLS = (
-    b"",
-    b"",
-    b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Ty",
-    b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-    b"Content-Length: 4096\r\n\r\n{",
-)
 
 
 def _serve(cert_dir: str, port_out: Connection) -> None:
@@ -51,50 +43,20 @@ def _serve(cert_dir: str, port_out: Connection) -> None:
     srv.run()  # until SIGTERM
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
-async def request(port: int, ctx: ssl.SSLContext, method: str, path: str, body: bytes = b"") -> float:
-    """Seconds for a new connection's request and whole answer, TLS handshake included."""
-    start = time.monotonic()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
-    head = f"{method} {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
-    writer.write(f"{head}Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
-    answer = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    assert answer.startswith(b"HTTP/1.1 200 "), answer[:200]
-    return time.monotonic() - start
-
-
-async def stall(port: int, ctx: ssl.SSLContext, count: int) -> list[asyncio.StreamWriter]:
-    gate = asyncio.Semaphore(32)
-
-    async def one(i: int) -> asyncio.StreamWriter:
-        async with gate:
-            _, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
-            writer.write(STALLS[i % len(STALLS)])
-            await writer.drain()
-            return writer
-
-    return list(await asyncio.gather(*(one(i) for i in range(count))))
-
-
 async def measure(
     pid: int, port: int, ctx: ssl.SSLContext
 ) -> tuple[dict[str, float], list[asyncio.StreamWriter]]:
     review = json.dumps(samples.review(samples.pod(), uid="stalled")).encode()
-    await request(port, ctx, "POST", "/validate", review)  # warm: first-request allocations are not stalls
+    await timed_request(
+        port, ctx, "POST", "/validate", review
+    )  # warm: first-request allocations are not stalls
     idle = rss_mib(pid)
-    writers = await stall(port, ctx, CONNECTIONS)
+    writers = await open_stalled(port, ctx, CONNECTIONS)
     await asyncio.sleep(0.3)
     out = {"idle": idle, "stalled": rss_mib(pid)}
-    out["healthz"] = max([await request(port, ctx, "GET", "/healthz") for _ in range(3)])
-    out["validate"] = max([await request(port, ctx, "POST", "/validate", review) for _ in range(3)])
-    out["held"] = sum(not w.transport.is_closing() for w in writers)
+    out["healthz"] = max([await timed_request(port, ctx, "GET", "/healthz") for _ in range(3)])
+    out["validate"] = max([await timed_request(port, ctx, "POST", "/validate", review) for _ in range(3)])
+    out["held"] = still_open(writers)
     return out, writers  # left open: the SIGTERM is timed with them
 
 
