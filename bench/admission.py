@@ -37,6 +37,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.admission import asgi
 from webhook.admission import app as admission_app
 from webhook.admission import codec, review
 from webhook.admission import settings as admission_settings
@@ -168,25 +171,7 @@ def in_process(kinds: tuple[str, ...], count: int) -> dict[str, dict[str, Any]]:
             raise RuntimeError(f"status {message['status']}")
 
     async def measure(app: Any, path: str) -> float:
-        length = str(len(body)).encode()
-        scope: dict[str, Any] = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "https",
-            "path": path,
-            "raw_path": path.encode(),
-            "query_string": b"timeout=10s",
-            "root_path": "",
-            "headers": [
-                (b"host", b"localhost"),
-                (b"content-type", b"application/json"),
-                (b"content-length", length),
-            ],
-            "server": ("127.0.0.1", 8443),
-            "client": ("127.0.0.1", 1),
-        }
+        scope = asgi.post_scope(path, body)
         for _ in range(count // 10):
             await app(scope, receive, send)
         best = float("inf")

@@ -15,9 +15,9 @@ def webhook_app() -> Starlette:
     return app.create_app(settings.build())
 
 
-async def post(asgi: Starlette, path: str, body: bytes, *, disconnect: bool = False) -> tuple[int, bytes]:
-    """(status, body) of one POST; `disconnect`: the client goes away after half the body."""
-    scope: dict[str, Any] = {
+def post_scope(path: str, body: bytes) -> dict[str, Any]:
+    """The ASGI scope of a POST of `body` to `path`, as uvicorn hands it to the app."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -27,10 +27,19 @@ async def post(asgi: Starlette, path: str, body: bytes, *, disconnect: bool = Fa
         "raw_path": path.encode(),
         "query_string": b"timeout=10s",
         "root_path": "",
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        "headers": [
+            (b"host", b"localhost"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
         "server": ("127.0.0.1", 8443),
         "client": ("127.0.0.1", 1),
     }
+
+
+async def post(asgi: Starlette, path: str, body: bytes, *, disconnect: bool = False) -> tuple[int, bytes]:
+    """(status, body) of one POST; `disconnect`: the client goes away after half the body."""
+    scope = post_scope(path, body)
     messages: list[dict[str, Any]] = [
         {"type": "http.request", "body": body[: len(body) // 2], "more_body": True},
         {"type": "http.disconnect"},
