@@ -39,8 +39,7 @@ CALLS: dict[str, set[Grant]] = {
     # suite's real API server refused the device plugin's GET that this map had missed.
     "patch_pod_annotations": {("", "pods", "patch"), ("", "pods", "get")},
     "patch_node_status": {("", "nodes/status", "patch")},
-    "patch_node_annotations": {("", "nodes", "patch")},
-    "patch_node_labels": {("", "nodes", "patch")},
+    "patch_node_metadata": {("", "nodes", "patch")},
     "patch_node": {("", "nodes", "patch")},
     "create_event": {("", "events", "create")},
     "create_namespaced_event": {("", "events", "create")},

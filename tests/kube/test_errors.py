@@ -38,7 +38,7 @@ CALLS = {
     "patch_pod_annotations_uid": lambda api: pods.patch_pod_annotations(
         api, "default", "p", {"a": "b"}, uid="u"
     ),
-    "patch_node_annotations": lambda api: pods.patch_node_annotations(api, "n", {"a": "b"}),
+    "patch_node_metadata": lambda api: pods.patch_node_metadata(api, "n", annotations={"a": "b"}),
     "patch_node_status": lambda api: pods.patch_node_status(api, "n", {"capacity": {}}),
     "create_event": lambda api: pods.create_event(api, {"kind": "Pod", "metadata": {"name": "p"}}, "R", "m"),
     "rest_request": lambda api: rest.request(api, "GET", "/api/v1/pods"),

@@ -83,7 +83,13 @@ def test_patch_pod_annotations_refuses_a_pod_recreated_under_the_same_name(apise
 
 def test_node_annotations_and_status_patches(apiserver: ApiServer):
     apiserver.add_node("n1", gpus=2, gpu_mem=30)
-    node = pods.patch_node_annotations(apiserver.api, "n1", {"gpushare.aliyun.com/devices": "[]"})
+    node = pods.patch_node_metadata(
+        apiserver.api, "n1", annotations={"gpushare.aliyun.com/devices": "[]"}, labels={"accelerator": "x"}
+    )
+    assert node["metadata"]["annotations"]["gpushare.aliyun.com/devices"] == "[]"
+    assert node["metadata"]["labels"]["accelerator"] == "x"
+    node = pods.patch_node_metadata(apiserver.api, "n1", labels={"accelerator": None})
+    assert "accelerator" not in node["metadata"]["labels"]
     assert node["metadata"]["annotations"]["gpushare.aliyun.com/devices"] == "[]"
     node = pods.patch_node_status(apiserver.api, "n1", {"capacity": {"aliyun.com/gpu-mem": "32"}})
     assert node["status"]["capacity"]["aliyun.com/gpu-mem"] == "32"

@@ -93,10 +93,13 @@ class NodePublisher:
                 "allocatable": {resources.GPU_COUNT: str(healthy)},
             },
         )
-        pods.patch_node_annotations(
-            self.api, self.node_name, {resources.NODE_DEVICES_ANNOTATION: self.state.node_devices().to_json()}
+        # One PATCH for both: the devices annotation and the GPU type labels change together.
+        pods.patch_node_metadata(
+            self.api,
+            self.node_name,
+            annotations={resources.NODE_DEVICES_ANNOTATION: self.state.node_devices().to_json()},
+            labels=gpulabels.node_labels(self.state.gpus),
         )
-        pods.patch_node_labels(self.api, self.node_name, gpulabels.node_labels(self.state.gpus))
         self.published += 1
 
     def _run(self) -> None:
@@ -118,6 +121,6 @@ class NodePublisher:
 def forget_gpus(api: kubernetes.client.ApiClient, node_name: str) -> None:
     """Remove the GPU type labels of a node whose GPUs are gone (the plugin then exits); best effort."""
     try:
-        pods.patch_node_labels(api, node_name, gpulabels.node_labels(()))
+        pods.patch_node_metadata(api, node_name, labels=gpulabels.node_labels(()))
     except errors.ApiError as err:
         log.warning("removing the GPU labels of node %s failed: %s", node_name, err)

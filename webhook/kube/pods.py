@@ -105,28 +105,21 @@ def patch_pod_annotations(
     return patched
 
 
-def patch_node_annotations(
-    api: kubernetes.client.ApiClient, name: str, annotations: Mapping[str, str | None]
+def patch_node_metadata(
+    api: kubernetes.client.ApiClient,
+    name: str,
+    *,
+    annotations: Mapping[str, str | None] | None = None,
+    labels: Mapping[str, str | None] | None = None,
 ) -> Obj:
-    """Merge-patch node annotations (None removes a key); the patched node."""
+    """Merge-patch node annotations and labels in one request (None removes a key); the patched node."""
+    metadata: Obj = {}
+    if annotations is not None:
+        metadata["annotations"] = dict(annotations)
+    if labels is not None:
+        metadata["labels"] = dict(labels)
     node: Obj = rest.request(
-        api,
-        "PATCH",
-        rest.path("nodes", name),
-        body={"metadata": {"annotations": dict(annotations)}},
-        content_type=rest.MERGE_PATCH,
-    )
-    return node
-
-
-def patch_node_labels(api: kubernetes.client.ApiClient, name: str, labels: Mapping[str, str | None]) -> Obj:
-    """Merge-patch node labels (None removes a key); the patched node."""
-    node: Obj = rest.request(
-        api,
-        "PATCH",
-        rest.path("nodes", name),
-        body={"metadata": {"labels": dict(labels)}},
-        content_type=rest.MERGE_PATCH,
+        api, "PATCH", rest.path("nodes", name), body={"metadata": metadata}, content_type=rest.MERGE_PATCH
     )
     return node
 
