@@ -20,11 +20,11 @@ from webhook.extender.settings import ExtenderSettings
 NOW = datetime.now(UTC)
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> dict[str, Path]:
+def _pki(tmp_path: Path, dns: list[str], ips: list[str]) -> dict[str, Path]:
+    """ca, tls.crt/key (serving `dns` and `ips`) and client.crt/key, all from one CA, as files."""
     ca = certificates.generate_ca("extender-ca", NOW)
     pairs = {
-        "tls": certificates.generate_serving(ca, ["localhost"], ["127.0.0.1"], NOW),
+        "tls": certificates.generate_serving(ca, dns, ips, NOW),
         "client": certificates.generate_client(ca, "gpushare-scheduler", [], NOW),
     }
     out = {"ca": tmp_path / "ca.crt"}
@@ -36,14 +36,24 @@ def files(tmp_path: Path) -> dict[str, Path]:
     return out
 
 
-@pytest.fixture
-def url(apiserver: ApiServer, files: dict[str, Path]) -> Iterator[str]:
+def _extender(apiserver: ApiServer, files: dict[str, Path]) -> Extender:
     apiserver.put(node("n1", 16, 8))
     settings = ExtenderSettings(
         host="127.0.0.1", port=0, tls_cert=files["tls.crt"], tls_key=files["tls.key"], client_ca=files["ca"]
     )
     ext = Extender(settings, apiserver.new_client()).start()
     assert ext.wait_synced(10)
+    return ext
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    return _pki(tmp_path, ["localhost"], ["127.0.0.1"])
+
+
+@pytest.fixture
+def url(apiserver: ApiServer, files: dict[str, Path]) -> Iterator[str]:
+    ext = _extender(apiserver, files)
     yield f"{ext.url}/gpushare-scheduler"
     ext.stop()
 
@@ -87,33 +97,17 @@ def test_tls_flags_that_cannot_work_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+SERVICE = "gs-gpushare-extender.gpu-system.svc"
+
+
 @pytest.fixture
 def service_only_url(apiserver: ApiServer, tmp_path: Path) -> Iterator[tuple[str, dict[str, Path]]]:
     """An extender whose certificate names only its Service, as the chart issues it, reached on 127.0.0.1
     (what `kubectl port-forward` gives)."""
-    ca = certificates.generate_ca("extender-ca", NOW)
-    serving = certificates.generate_serving(ca, [SERVICE], [], NOW)
-    client = certificates.generate_client(ca, "gpushare-scheduler", [], NOW)
-    files = {name: tmp_path / name for name in ("ca", "tls.crt", "tls.key", "client.crt", "client.key")}
-    for name, data in (
-        ("ca", ca.cert_pem),
-        ("tls.crt", serving.cert_pem),
-        ("tls.key", serving.key_pem),
-        ("client.crt", client.cert_pem),
-        ("client.key", client.key_pem),
-    ):
-        files[name].write_bytes(data)
-    apiserver.put(node("n1", 16, 8))
-    settings = ExtenderSettings(
-        host="127.0.0.1", port=0, tls_cert=files["tls.crt"], tls_key=files["tls.key"], client_ca=files["ca"]
-    )
-    ext = Extender(settings, apiserver.new_client()).start()
-    assert ext.wait_synced(10)
+    files = _pki(tmp_path, [SERVICE], [])
+    ext = _extender(apiserver, files)
     yield f"{ext.url}/gpushare-scheduler", files
     ext.stop()
-
-
-SERVICE = "gs-gpushare-extender.gpu-system.svc"
 
 
 def _tls_argv(url: str, files: dict[str, Path]) -> list[str]:
