@@ -124,9 +124,12 @@ def test_a_message_is_capped_by_characters_as_well_as_by_lines():
 
 
 def test_warnings_are_capped_and_say_how_many_more():
-    warnings = review.clean_warnings([f"warning {i}" for i in range(100)] + ["warning 1"])
-    assert len(warnings) == review.MAX_WARNINGS
-    assert warnings[-1] == f"... and {100 - review.MAX_WARNINGS + 1} more warnings"
+    # 100 containers, each with a misspelt GPU name: 100 distinct warnings, capped by the core.
+    containers = [{"name": f"c{i}", "resources": {"limits": {"nvidia.com/gpus": "1"}}} for i in range(100)]
+    answer = review.review(gpu_review(containers=containers), "validate", review.Policy(verdict.Policy()))
+    warnings = answer.review["response"]["warnings"]
+    assert len(warnings) == verdict.MAX_WARNINGS
+    assert warnings[-1] == f"... and {100 - verdict.MAX_WARNINGS + 1} more warnings"
 
 
 def test_a_client_that_goes_away_mid_body_is_logged_without_a_traceback(caplog):

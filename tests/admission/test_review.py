@@ -232,19 +232,3 @@ def test_an_object_of_the_wrong_shape_is_a_denial_not_an_error():
     response = review.review(body, "mutate", POLICY).review["response"]
     assert response["allowed"] is False
     assert "wrong type" in response["status"]["message"]
-
-
-@pytest.mark.parametrize(
-    ("given", "expected"),
-    [
-        (["ok"], ["ok"]),
-        (["a\nb", "a\tb"], ["a b"]),
-        (["dup", "dup"], ["dup"]),
-        (["x" * 130], ["x" * 117 + "..."]),
-        (["", "   "], []),
-        (["\x00bell\x07"], ["bell"]),
-    ],
-    ids=["plain", "control-chars", "duplicates", "too-long", "empty", "nul-and-bell"],
-)
-def test_clean_warnings(given, expected):
-    assert review.clean_warnings(given) == expected

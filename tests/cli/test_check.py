@@ -332,6 +332,37 @@ def test_validate_endpoint_and_check_give_identical_messages(capsys: pytest.Capt
     assert (compared, denied, warned) == (10, 4, 1)
 
 
+def test_check_and_the_webhook_cap_warnings_alike(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """30 misspelt GPU names: both list MAX_WARNINGS warnings, the last saying how many more."""
+    containers = [
+        {"name": f"c{i}", "image": "x", "resources": {"limits": {"nvidia.com/gpus": "1"}}} for i in range(30)
+    ]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "typos"},
+        "spec": {"containers": containers},
+    }
+    manifest = tmp_path / "typos.json"
+    manifest.write_text(json.dumps(pod))
+    _, out = run_json(capsys, str(manifest))
+    [mine] = out["results"]
+    app = admission_app.create_app(admission_settings.AdmissionSettings())
+
+    async def validate() -> dict[str, Any]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://webhook") as client:
+            answer = await client.post("/validate", json=_review(pod, "uid-typos"))
+            assert answer.status_code == 200
+            response: dict[str, Any] = answer.json()["response"]
+            return response
+
+    response = asyncio.run(validate())
+    assert response["warnings"] == mine["warnings"]
+    assert len(mine["warnings"]) == verdict.MAX_WARNINGS
+    assert mine["warnings"][-1] == f"... and {30 - verdict.MAX_WARNINGS + 1} more warnings"
+
+
 def test_pre_commit_hook_runs_gpushare_check_on_manifest_files() -> None:
     [hook] = yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())
     assert hook["id"] == "gpushare-check"

@@ -328,3 +328,27 @@ POD_LIKE = st.fixed_dictionaries(
 @given(obj=POD_LIKE, scheduler=st.none() | st.just("gpushare"))
 def test_evaluate_never_raises_on_pod_shaped_json(obj, scheduler):
     check_invariants(obj, verdict.Policy(scheduler_name=scheduler))
+
+
+def test_warnings_are_capped_and_the_last_says_how_many_more():
+    # 30 containers, each with its own misspelt GPU name: 30 distinct look-alike warnings.
+    obj = load("pod-good.yaml")
+    base = obj["spec"]["containers"][0]
+    obj["spec"]["containers"] = [
+        {**base, "name": f"c{i}", "resources": {"limits": {"nvidia.com/gpus": "1"}}} for i in range(30)
+    ]
+    warnings = verdict.evaluate(obj, POLICY).warnings
+    assert len(warnings) == verdict.MAX_WARNINGS
+    assert warnings[0].startswith('container "c0": limits[nvidia.com/gpus] is no GPU resource')
+    assert warnings[-1] == f"... and {30 - verdict.MAX_WARNINGS + 1} more warnings"
+
+
+def test_warnings_up_to_the_cap_are_all_kept():
+    obj = load("pod-good.yaml")
+    base = obj["spec"]["containers"][0]
+    count = verdict.MAX_WARNINGS
+    obj["spec"]["containers"] = [
+        {**base, "name": f"c{i}", "resources": {"limits": {"nvidia.com/gpus": "1"}}} for i in range(count)
+    ]
+    warnings = verdict.evaluate(obj, POLICY).warnings
+    assert len(warnings) == count and all("more warnings" not in w for w in warnings)

@@ -1,22 +1,29 @@
-"""The webhook's Starlette app: POST /mutate and /validate over `review`, plus the probes and /metrics.
+"""The webhook's ASGI app: POST /mutate and /validate over `review`, plus the probes and /metrics.
 
 HTTP concerns only: method (405), content type (415), body size (413), JSON (400), one log line and one
 metric per review. Deciding is `review.review`'s job.
+
+A POST to exactly /mutate or /validate goes straight to its bare ASGI endpoint, skipping Starlette's
+middleware stack, router and Request/Response objects (their cost is issue 12). Everything else (probes,
+/metrics, JSON 404/405, redirects, lifespan) is plain Starlette, which also routes those two paths to the
+same endpoints when the fast path does not apply (e.g. under a root_path).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
+from starlette.types import Receive, Scope, Send
 
 from webhook.admission import codec, review
 from webhook.admission.settings import AdmissionSettings
@@ -32,6 +39,85 @@ METRICS_NAMESPACE = "gpushare_webhook"
 JSON_TYPES = ("application/json",)
 
 
+class ReviewEndpoint:
+    """POST /mutate or /validate as a bare ASGI app. Every answer is its own JSON, a bug in the review
+    (or in encoding its answer) included: a JSON 500, not the server's plain-text one."""
+
+    def __init__(
+        self, name: review.Endpoint, policy: review.Policy, limit: int, stats: metrics.RequestMetrics
+    ) -> None:
+        self.name = name
+        self.policy = policy
+        self.limit = limit
+        self.stats = stats
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = time.perf_counter()
+        status, content, outcome, result = await self._answer(scope["headers"], receive)
+        elapsed = time.perf_counter() - start
+        self.stats.observe(self.name, outcome, elapsed)
+        _log(self.name, outcome, elapsed, result, status)
+        # The headers (and their order) Starlette's Response(media_type="application/json") sends.
+        headers = [(b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+    async def _answer(
+        self, headers: list[tuple[bytes, bytes]], receive: Receive
+    ) -> tuple[int, bytes, str, review.Result | None]:
+        """(status, body, outcome, result): the result when the review ran."""
+        content_type = ""
+        for key, value in headers:
+            if key == b"content-type":
+                # Decoded first, as Starlette's Headers did: the same message for any bytes.
+                content_type = value.decode("latin-1").split(";")[0].strip().lower()
+                break
+        if content_type not in JSON_TYPES:
+            message = f"content type must be application/json, got {content_type or 'none'}"
+            return 415, _error(message), "unsupported_media", None
+        try:
+            body = await body_limit.receive_body(headers, receive, self.limit)
+        except body_limit.BodyTooLarge as exc:
+            return 413, _error(str(exc)), "too_large", None
+        except body_limit.ClientDisconnect:
+            # The caller gave up (its timeout, or ours closed it); nothing will read an answer.
+            return 400, _error("client disconnected before sending the whole body"), "disconnected", None
+        try:
+            data = codec.decode(body)
+        except codec.DecodeError as exc:
+            return 400, _error(f"body is not valid JSON: {exc}"), "bad_request", None
+        try:
+            result = review.review(data, self.name, self.policy)
+            content = codec.encode(result.review)
+        except review.ReviewError as exc:
+            return 400, _error(str(exc)), "bad_request", None
+        except Exception:
+            # A bug of ours: a 500 lets the webhook's failurePolicy decide, as for any call failure.
+            log.exception("review failed", extra={"fields": {"endpoint": self.name}})
+            return 500, _error("internal error while reviewing the request"), "error", None
+        return 200, content, result.outcome, result
+
+
+class WebhookApp(Starlette):
+    """Starlette with a fast path: a POST to exactly one of `endpoints`' paths skips the middleware
+    stack and router. Those routes are in Starlette too, for the requests the fast path leaves."""
+
+    def __init__(self, endpoints: dict[str, ReviewEndpoint], routes: Sequence[BaseRoute]) -> None:
+        super().__init__(
+            routes=[*(Route(path, ep, methods=["POST"]) for path, ep in endpoints.items()), *routes],
+            exception_handlers={HTTPException: _http_error},
+        )
+        self.endpoints = endpoints
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.endpoints.get(scope["path"])
+            if endpoint is not None:
+                await endpoint(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
 def create_app(
     settings: AdmissionSettings,
     readiness: probes.Readiness | None = None,
@@ -44,58 +130,14 @@ def create_app(
     stats = metrics.RequestMetrics(registry, METRICS_NAMESPACE, outcome_label="verdict")
     policy = review.Policy(rules=settings.policy, excluded_namespaces=settings.excluded_namespaces)
     limit = settings.max_body_bytes
-
-    def endpoint(name: review.Endpoint) -> Any:
-        async def handle(request: Request) -> Response:
-            start = time.perf_counter()
-            response, outcome, result = await _answer(request, name, policy, limit)
-            elapsed = time.perf_counter() - start
-            stats.observe(name, outcome, elapsed)
-            _log(name, outcome, elapsed, result, response.status_code)
-            return response
-
-        return handle
-
-    app = Starlette(
-        routes=[
-            Route(MUTATE_PATH, endpoint("mutate"), methods=["POST"]),
-            Route(VALIDATE_PATH, endpoint("validate"), methods=["POST"]),
-            *probes.probe_routes(readiness, registry),
-        ],
-        exception_handlers={HTTPException: _http_error},
-    )
+    endpoints = {
+        MUTATE_PATH: ReviewEndpoint("mutate", policy, limit, stats),
+        VALIDATE_PATH: ReviewEndpoint("validate", policy, limit, stats),
+    }
+    app = WebhookApp(endpoints, probes.probe_routes(readiness, registry))
     app.state.readiness = readiness
     app.state.registry = registry
     return app
-
-
-async def _answer(
-    request: Request, name: review.Endpoint, policy: review.Policy, limit: int
-) -> tuple[Response, str, review.Result | None]:
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if content_type not in JSON_TYPES:
-        shown = content_type or "none"
-        return _error(415, f"content type must be application/json, got {shown}"), "unsupported_media", None
-    try:
-        body = await body_limit.read_limited(request, limit)
-    except body_limit.BodyTooLarge as exc:
-        return _error(413, str(exc)), "too_large", None
-    except ClientDisconnect:
-        # The caller gave up (its timeout, or ours closed it); nothing will read an answer.
-        return _error(400, "client disconnected before sending the whole body"), "disconnected", None
-    try:
-        data = codec.decode(body)
-    except codec.DecodeError as exc:
-        return _error(400, f"body is not valid JSON: {exc}"), "bad_request", None
-    try:
-        result = review.review(data, name, policy)
-    except review.ReviewError as exc:
-        return _error(400, str(exc)), "bad_request", None
-    except Exception:
-        # A bug of ours: a 500 lets the webhook's failurePolicy decide, as for any call failure.
-        log.exception("review failed", extra={"fields": {"endpoint": name}})
-        return _error(500, "internal error while reviewing the request"), "error", None
-    return _json(result.review), result.outcome, result
 
 
 def _log(name: str, outcome: str, elapsed: float, result: review.Result | None, status: int) -> None:
@@ -128,12 +170,8 @@ def _generate_name(req: review.Request) -> str:
     return f"{generate}*" if isinstance(generate, str) and generate else ""
 
 
-def _json(content: Any, status: int = 200) -> Response:
-    return Response(codec.encode(content), status_code=status, media_type="application/json")
-
-
-def _error(status: int, message: str) -> Response:
-    return _json(review.error_body(message), status)
+def _error(message: str) -> bytes:
+    return codec.encode(review.error_body(message))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -70,10 +70,13 @@ def _gpu_memory(container: Mapping[str, Any], name: str) -> bool:
 
 
 def _gpu_memory_entries(
-    spec: Mapping[str, Any], names: resources.GpuResourceNames, prefix: str = ""
+    spec: Mapping[str, Any],
+    names: resources.GpuResourceNames,
+    prefix: str = "",
+    walked: list[podspec.Container | podspec.WrongShape] | None = None,
 ) -> list[podspec.Container]:
     # Misshapen lists and items are skipped: the rules deny them, naming the field.
-    return [c for c in podspec.objects(spec, prefix) if _gpu_memory(c.body, names.memory)]
+    return [c for c in podspec.objects(spec, prefix, walked) if _gpu_memory(c.body, names.memory)]
 
 
 def gpu_memory_containers(
@@ -203,9 +206,12 @@ def _explain(policy: IsolationPolicy, annotation: str | None, env: str | None) -
 
 
 def _decide(
-    template: templates.PodTemplate, policy: IsolationPolicy, names: resources.GpuResourceNames
+    template: templates.PodTemplate,
+    policy: IsolationPolicy,
+    names: resources.GpuResourceNames,
+    walked: list[podspec.Container | podspec.WrongShape] | None,
 ) -> IsolationDecision:
-    indexed = _gpu_memory_entries(template.spec, names, template.path)
+    indexed = _gpu_memory_entries(template.spec, names, template.path, walked)
     if not indexed:
         return IsolationDecision(None)
     key = policy.label_key
@@ -251,15 +257,19 @@ def _decide(
 
 
 def decide(
-    template: templates.PodTemplate, policy: IsolationPolicy, names: resources.GpuResourceNames
+    template: templates.PodTemplate,
+    policy: IsolationPolicy,
+    names: resources.GpuResourceNames,
+    walked: list[podspec.Container | podspec.WrongShape] | None = None,
 ) -> IsolationDecision:
     """What the webhook adds to the nodeSelector of this template's pods, with warnings on assumptions.
 
     Order: an existing selector or required affinity on the key wins (nothing added); then the pod
     annotation; then "true" when every gpu-mem container sets CGPU_DISABLE=true; "false" when one
-    says "false"; else `policy.default`.
+    says "false"; else `policy.default`. `walked` is `podspec.containers(spec, template.path)` when the
+    caller has it.
     """
     try:
-        return _decide(template, policy, names)
+        return _decide(template, policy, names, walked)
     except _WrongType as err:
         return IsolationDecision(None, (), err.violation)

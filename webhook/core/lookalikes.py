@@ -36,16 +36,18 @@ def suggestion(name: str, names: resources.GpuResourceNames) -> str | None:
     return close[0] if close else None
 
 
-def warnings(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> list[str]:
+def warnings(
+    spec: Mapping[str, Any],
+    names: resources.GpuResourceNames,
+    walked: list[podspec.Container | podspec.WrongShape] | None = None,
+) -> list[str]:
     """One warning per container and misspelt resource name, naming the container and the likely name."""
     out: list[str] = []
-    for entry in podspec.objects(spec):
+    for entry in podspec.objects(spec, walked=walked):
         container = entry.body
         res = container.get("resources")
         if not isinstance(res, templates.OBJECT):
             continue
-        raw_name = container.get("name")
-        who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
         seen: set[str] = set()
         for section in ("limits", "requests"):
             values = res.get(section)
@@ -56,6 +58,8 @@ def warnings(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> list
                 seen.add(name)
                 meant = suggestion(name, names)
                 if meant is not None:
+                    raw_name = container.get("name")
+                    who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
                     shown = templates.printable(name, _RESOURCE_LIMIT)
                     out.append(
                         f'container "{who}": {section}[{shown}] is no GPU resource; did you mean {meant}?'

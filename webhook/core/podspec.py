@@ -66,6 +66,10 @@ def containers(spec: Mapping[str, Any], prefix: str = "") -> list[Container | Wr
     return out
 
 
-def objects(spec: Mapping[str, Any], prefix: str = "") -> list[Container]:
-    """Only the container objects of `spec`; the misshapen ones are the rules' to report."""
-    return [c for c in containers(spec, prefix) if isinstance(c, Container)]
+def objects(
+    spec: Mapping[str, Any], prefix: str = "", walked: list[Container | WrongShape] | None = None
+) -> list[Container]:
+    """Only the container objects of `spec`; the misshapen ones are the rules' to report. `walked` is
+    `containers(spec, prefix)` when the caller has it: a review walks each template once, not per rule."""
+    items = containers(spec, prefix) if walked is None else walked
+    return [c for c in items if isinstance(c, Container)]

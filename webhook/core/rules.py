@@ -213,22 +213,25 @@ def check_pod_spec(
     prefix: str,
     names: resources.GpuResourceNames,
     unit: str = gpumem.DEFAULT_UNIT,
+    *,
+    walked: list[podspec.Container | podspec.WrongShape] | None = None,
 ) -> list[Violation]:
     """Every GPU resource problem of one pod template, in a stable order.
 
     `prefix` is the template's path ("" for a Pod, "spec.template" for a Deployment); `unit` is the
     configured gpu-mem unit, named in messages. Order: containers, then init containers (ephemeral
     containers cannot have resources), each by resource name; then the pod-level gpu-count label.
+    `walked` is `podspec.containers(spec, prefix)` when the caller already has it.
     """
     out: list[Violation] = []
-    items = podspec.containers(spec, prefix)
+    items = podspec.containers(spec, prefix) if walked is None else walked
     for item in items:
         if isinstance(item, podspec.WrongShape):
             out.append(wrong_type(item.path, None, item.value, item.expected))
         else:
             out += _check_container(item.body, item.path, names, unit)
     out += _check_gpu_count(metadata, items, prefix, names, unit)
-    mixed = wholecards.mixed(spec, names, prefix)
+    mixed = wholecards.mixed(spec, names, prefix, walked=items)
     if mixed is not None:
         out.append(Violation(mixed.path, mixed.container, None, *mixed.problem))
     out += _check_compute_percent(metadata, prefix)

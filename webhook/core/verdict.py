@@ -10,7 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core import annotations as ann
-from webhook.core import gpumem, isolation, lookalikes, patches, resources, rules, templates, wholecards
+from webhook.core import (
+    gpumem,
+    isolation,
+    lookalikes,
+    patches,
+    podspec,
+    resources,
+    rules,
+    templates,
+    wholecards,
+)
 
 # Defined beside the decision that reads it (isolation must not import verdict); kept here by name.
 IsolationPolicy = isolation.IsolationPolicy
@@ -22,6 +32,9 @@ WARNING_LIMIT = 120
 # with 40,000 bad containers must not get a 9 MB answer that the API server stores in events and kubectl
 # prints whole. Here, not in the webhook, so `gpushare check` shows the same message.
 MAX_LISTED_PROBLEMS = 20
+# At most this many warnings, the last saying how many more there were (the webhook's answer and
+# `gpushare check` alike): the API server prints every warning it gets to the client.
+MAX_WARNINGS = 20
 MAX_MESSAGE_CHARS = 8192
 _LINE_LIMIT = MAX_MESSAGE_CHARS // 4  # one problem line at most; paths and values are clipped before
 _CLOSING_ROOM = 80  # for the "... and N more" line
@@ -56,7 +69,9 @@ class TemplateVerdict:
 class Verdict:
     templates: tuple[TemplateVerdict, ...]
     violations: tuple[rules.Violation, ...]  # all, in a stable order
-    warnings: tuple[str, ...]  # all, de-duplicated, each <= 120 characters, no control characters
+    # De-duplicated, each <= 120 characters, no control characters; at most MAX_WARNINGS (the last then
+    # says how many more).
+    warnings: tuple[str, ...]
     allowed: bool
     kind: str = ""  # the object's kind, for the message's first line
 
@@ -93,6 +108,13 @@ def _unique(texts: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(clean_warning(t) for t in texts))
 
 
+def _capped(warnings: tuple[str, ...]) -> tuple[str, ...]:
+    if len(warnings) <= MAX_WARNINGS:
+        return warnings
+    more = len(warnings) - MAX_WARNINGS + 1
+    return (*warnings[: MAX_WARNINGS - 1], f"... and {more} more warnings")
+
+
 def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str | None, list[str]]:
     if policy.scheduler_name is None or not asks:
         return None, []
@@ -108,10 +130,12 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
 
 
 def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
+    # One walk of the containers serves every rule below.
+    walked = podspec.containers(template.spec, template.path)
     violations = rules.check_pod_spec(
-        template.metadata, template.spec, template.path, policy.names, policy.memory_unit
+        template.metadata, template.spec, template.path, policy.names, policy.memory_unit, walked=walked
     )
-    decision = isolation.decide(template, policy.isolation, policy.names)
+    decision = isolation.decide(template, policy.isolation, policy.names, walked)
     if decision.violation is not None:
         violations.append(decision.violation)
     # Only the scheduler-name mode needs to know; a decided value already says the pod asks for gpu-mem.
@@ -126,7 +150,11 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
         path=template.path,
         violations=tuple(violations),
         warnings=_unique(
-            [*decision.warnings, *scheduler_warnings, *lookalikes.warnings(template.spec, policy.names)]
+            [
+                *decision.warnings,
+                *scheduler_warnings,
+                *lookalikes.warnings(template.spec, policy.names, walked),
+            ]
         ),
         isolation=decision.value,
         scheduler_name=scheduler,
@@ -159,7 +187,8 @@ def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
         violations += tv.violations
         # A workload may hold several templates: say which one a warning is about.
         warnings += [f"{tv.path}: {w}" if tv.path else w for w in tv.warnings]
-    return Verdict(verdicts, tuple(violations), _unique(warnings), allowed=not violations, kind=kind)
+    found_warnings = _capped(_unique(warnings))
+    return Verdict(verdicts, tuple(violations), found_warnings, allowed=not violations, kind=kind)
 
 
 def mutation_patch(pod: Mapping[str, Any], verdict: Verdict, policy: Policy) -> list[dict[str, Any]]:

@@ -80,8 +80,8 @@ def _name(body: Mapping[str, Any]) -> str | None:
 
 def _values(body: Mapping[str, Any], section: str) -> Mapping[str, Any]:
     res = body.get("resources")
-    values = res.get(section) if isinstance(res, Mapping) else None
-    return values if isinstance(values, Mapping) else {}
+    values = res.get(section) if isinstance(res, templates.OBJECT) else None
+    return values if isinstance(values, templates.OBJECT) else {}
 
 
 def _raw(body: Mapping[str, Any], name: str) -> tuple[str, object] | None:
@@ -121,18 +121,25 @@ def _asks_memory(body: Mapping[str, Any], memory: str) -> bool:
     return parsed is not None and (isinstance(parsed, str) or parsed > 0)
 
 
-def mixed(spec: Mapping[str, Any], names: resources.GpuResourceNames, prefix: str = "") -> Mixed | None:
+def mixed(
+    spec: Mapping[str, Any],
+    names: resources.GpuResourceNames,
+    prefix: str = "",
+    walked: list[podspec.Container | podspec.WrongShape] | None = None,
+) -> Mixed | None:
     """Whole cards in one container and a share of GPU memory in another: denied.
 
     Both come from our device plugin on a shared node, placed by two different rules (a card holds a whole
     GPU, a share part of one); the placement annotations give one pod one kind. One container asking
     both is `gpumem.whole_and_memory`, reported at that container instead.
     """
-    # One look at each container (this runs on every review): a container asking both is not one here.
-    asks = [
-        (b, _asks_memory(b.body, names.memory), _asks_cards(b.body, names))
-        for b in podspec.objects(spec, prefix)
-    ]
+    # This runs on every review and most pods ask no cards: look for cards first, shares only then. A
+    # container asking both is not one here (gpumem.whole_and_memory reports it).
+    items = podspec.objects(spec, prefix, walked)
+    carding = [_asks_cards(b.body, names) for b in items]
+    if not any(carding):
+        return None
+    asks = [(b, _asks_memory(b.body, names.memory), card) for b, card in zip(items, carding, strict=True)]
     cards = [b for b, memory, card in asks if card and not memory]
     shares = [b for b, memory, card in asks if memory and not card]
     if not cards or not shares:
