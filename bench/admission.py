@@ -7,9 +7,13 @@ looking at the request. Both run under `webhook.serving.server` with the same op
 httptools, TLS, the same certificates), so the ratio is what the webhook adds to the HTTP/TLS floor. The
 goal is >= 0.9x the no-op's req/s and p99 <= 1.2x its p99.
 
-Starts the two server processes, then, per cell, a separate load-generator process (raw asyncio + ssl,
+Also runs a third server, `bare`: a bare ASGI app that reads the body and answers fixed bytes (what the
+webhook's review endpoints do around the review), to show the floor under the no-op; the goal stays
+against the no-op.
+
+Starts the server processes, then, per cell, a separate load-generator process (raw asyncio + ssl,
 keep-alive, one request in flight per connection) that posts a realistic ~4.5 KB GPU Pod AdmissionReview
-to /validate and /mutate, alternating the servers. Prints req/s, p50, p99 and the server's CPU time per
+to /validate and /mutate, taking the servers in turn. Prints req/s, p50, p99 and the server's CPU time per
 request (from /proc) side by side, the ratios, and first the in-process cost of one request (the ASGI app
 called directly, no HTTP/TLS) with the webhook's parts: JSON decode, the rules, the rest.
 """
@@ -46,25 +50,43 @@ from webhook.admission import settings as admission_settings
 from webhook.core import verdict
 from webhook.serving import logs, probes, server, tls
 
+_FIXED = json.dumps(
+    {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "x", "allowed": True},
+    }
+).encode()
+
 
 def _review_routes(handle: Any) -> Starlette:
     return Starlette(routes=[Route(path, handle, methods=["POST"]) for path in PATHS])
 
 
 def noop_app() -> Starlette:
-    """Answers fixed bytes without reading the request: the floor of the HTTP/TLS stack."""
-    fixed = json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "response": {"uid": "x", "allowed": True},
-        }
-    ).encode()
+    """The reference: Starlette answering fixed bytes without reading the request."""
 
     async def handle(request: Request) -> Response:
-        return Response(fixed, media_type="application/json")
+        return Response(_FIXED, media_type="application/json")
 
     return _review_routes(handle)
+
+
+class BareApp:
+    """The floor under the reference: a bare ASGI app that reads the body and answers fixed bytes, as
+    the webhook's review endpoints do, without Starlette. Printed for context; the goal is against noop."""
+
+    def __init__(self) -> None:
+        self.fixed = _FIXED
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        more = True
+        while more:
+            message = await receive()
+            more = message.get("more_body", False)
+        headers = [(b"content-length", b"%d" % len(self.fixed)), (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": self.fixed})
 
 
 def webhook_app(readiness: probes.Readiness | None = None) -> Starlette:
@@ -72,7 +94,7 @@ def webhook_app(readiness: probes.Readiness | None = None) -> Starlette:
     return admission_app.create_app(cfg, readiness)
 
 
-APPS = {"noop": noop_app, "webhook": webhook_app}
+APPS: dict[str, Any] = {"noop": noop_app, "bare": BareApp, "webhook": webhook_app}
 KINDS = tuple(APPS)
 PATHS = ("/validate", "/mutate")
 
@@ -259,13 +281,14 @@ def main() -> int:
     direct = _subprocess_json(["--in-process", "2000"], timeout=120)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (other work on the machine)")
     print("in-process cost of one request, us (ASGI app called directly; best of 5 x 2000)")
-    print(f"{'endpoint':<10} {'noop':>8} {'webhook':>8} {'decode':>8} {'review':>8} {'rest':>8}")
+    print(f"{'endpoint':<10} {'noop':>8} {'bare':>8} {'webhook':>8} {'decode':>8} {'review':>8} {'rest':>8}")
     for path in PATHS:
         cost = direct["webhook"][path]
         parts = direct["parts"][path]
         rest = cost - parts["decode"] - parts["review"]
         print(
-            f"{path:<10} {direct['noop'][path]:>8.1f} {cost:>8.1f} {parts['decode']:>8.1f} "
+            f"{path:<10} {direct['noop'][path]:>8.1f} {direct['bare'][path]:>8.1f} {cost:>8.1f} "
+            f"{parts['decode']:>8.1f} "
             f"{parts['review']:>8.1f} {rest:>8.1f}"
         )
 
