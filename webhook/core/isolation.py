@@ -7,7 +7,7 @@ webhook pins it to one (gpushare-protocol.md, "strongly recommended to set nodeS
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.core import podspec, quantity, resources, rules, templates
@@ -49,24 +49,23 @@ def _get(node: Mapping[str, Any], key: str, expected: type | tuple[type, ...], p
     raise _WrongType(rules.wrong_type(templates.key_path(path, key), None, value, what))
 
 
-def _gpu_memory(container: Mapping[str, Any], name: str) -> bool:
+def _gpu_memory(container: podspec.Container, name: str) -> bool:
     """True when the container asks for more than zero of `name` (limit, else request)."""
-    res = container.get("resources")
-    if not isinstance(res, templates.OBJECT):
+    limits, requests = container.limits, container.requests
+    if name in limits:
+        raw = limits[name]
+    elif name in requests:
+        raw = requests[name]
+    else:
         return False
-    for section in ("limits", "requests"):
-        values = res.get(section)
-        if isinstance(values, templates.OBJECT) and name in values:
-            raw = values[name]
-            if isinstance(raw, int) and raw.bit_length() > 64:
-                return raw > 0
-            if not isinstance(raw, _QUANTITY_TYPES):
-                return False
-            try:
-                return quantity.from_json(raw) > 0
-            except ValueError:  # QuantityError
-                return False
-    return False
+    if isinstance(raw, int) and raw.bit_length() > 64:
+        return raw > 0
+    if not isinstance(raw, _QUANTITY_TYPES):
+        return False
+    try:
+        return quantity.from_json(raw) > 0
+    except ValueError:  # QuantityError
+        return False
 
 
 def _gpu_memory_entries(
@@ -76,7 +75,7 @@ def _gpu_memory_entries(
     walked: list[podspec.Container | podspec.WrongShape] | None = None,
 ) -> list[podspec.Container]:
     # Misshapen lists and items are skipped: the rules deny them, naming the field.
-    return [c for c in podspec.objects(spec, prefix, walked) if _gpu_memory(c.body, names.memory)]
+    return [c for c in podspec.objects(spec, prefix, walked) if _gpu_memory(c, names.memory)]
 
 
 def gpu_memory_containers(
@@ -95,25 +94,28 @@ def _container_name(container: Mapping[str, Any]) -> str:
     return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else "?"
 
 
-def _env_setting(container: Mapping[str, Any], path: str, env_name: str, warnings: list[str]) -> str | None:
+def _env_setting(container: podspec.Container, env_name: str, warnings: list[str]) -> str | None:
     """The container's CGPU_DISABLE: "true", "false", or None (unset or not readable, with a warning)."""
-    name = _container_name(container)
-    try:
-        env = _get(container, "env", list, path, "a list of env vars")
-    except _WrongType as err:  # name the container, as every other message does
-        raise _WrongType(replace(err.violation, container=name)) from None
+    body, path = container.body, container.path
+    env = body.get("env")
+    if env is not None and not isinstance(env, list):
+        env_path = templates.key_path(path, "env")
+        raise _WrongType(rules.wrong_type(env_path, _container_name(body), env, "a list of env vars"))
     setting: str | None = None
     for i, item in enumerate(env or ()):
         if not isinstance(item, templates.OBJECT):
-            raise _WrongType(rules.wrong_type(f"{path}.env[{i}]", name, item, "an object (an env var)"))
+            raise _WrongType(
+                rules.wrong_type(f"{path}.env[{i}]", _container_name(body), item, "an object (an env var)")
+            )
         if item.get("name") != env_name:
             continue
         # The last entry of a name wins, as in the kubelet.
-        try:
-            value = _get(item, "value", str, f"{path}.env[{i}]", "a string")
-        except _WrongType as err:
-            raise _WrongType(replace(err.violation, container=name)) from None
+        value = item.get("value")
+        if value is not None and not isinstance(value, str):
+            value_path = templates.key_path(f"{path}.env[{i}]", "value")
+            raise _WrongType(rules.wrong_type(value_path, _container_name(body), value, "a string"))
         if item.get("valueFrom") is not None:
+            name = _container_name(body)
             warnings.append(f'{env_name} of container "{name}" comes from valueFrom; assumed not "true"')
             setting = None
         elif not value:
@@ -121,7 +123,7 @@ def _env_setting(container: Mapping[str, Any], path: str, env_name: str, warning
         elif value.lower() in _BOOLS:
             setting = value.lower()
         else:
-            shown = templates.printable(value, 20)
+            shown, name = templates.printable(value, 20), _container_name(body)
             warnings.append(
                 f'{env_name}="{shown}" of container "{name}" is not true or false; assumed not "true"'
             )
@@ -199,10 +201,11 @@ def _annotation(template: templates.PodTemplate, key: str) -> str | None:
     return value
 
 
-def _explain(policy: IsolationPolicy, annotation: str | None, env: str | None) -> tuple[str | None, str]:
+def _source(policy: IsolationPolicy, annotation: str | None, env: str | None) -> str:
+    """What chose the signal, in words; built only for a warning that names it."""
     if annotation is not None:
-        return annotation, f"annotation {policy.annotation_key}={annotation}"
-    return env, f"{policy.env_name}={env}"
+        return f"annotation {policy.annotation_key}={annotation}"
+    return f"{policy.env_name}={env}"
 
 
 def _decide(
@@ -220,11 +223,11 @@ def _decide(
     selector = _get(template.spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
     affinity = _allowed_by_affinity(template.spec, key, spec_path)
     annotation = _annotation(template, policy.annotation_key)
-    settings = [_env_setting(c.body, c.path, policy.env_name, warnings) for c in indexed]
-    every_true = all(s == "true" for s in settings)
+    settings = [_env_setting(c, policy.env_name, warnings) for c in indexed]
+    every_true = settings.count("true") == len(settings)
     env_signal = "true" if every_true else "false" if "false" in settings else None
     from_env = "true" if every_true else "false" if "false" in settings else policy.default
-    signal, source = _explain(policy, annotation, env_signal)
+    signal = env_signal if annotation is None else annotation
 
     if selector is not None and key in selector:
         current = selector[key]
@@ -232,11 +235,13 @@ def _decide(
         if current not in _BOOLS:
             warnings.append(f"nodeSelector {key}={shown} matches no gpushare node pool (use true or false)")
         elif signal is not None and signal != current:
-            warnings.append(f"nodeSelector {key}={shown} is kept although {source}")
+            why = _source(policy, annotation, env_signal)
+            warnings.append(f"nodeSelector {key}={shown} is kept although {why}")
         return IsolationDecision(None, tuple(warnings))
     if affinity is not None:
         if signal is not None and signal not in affinity:
-            warnings.append(f"required node affinity on {key} is kept although {source}")
+            why = _source(policy, annotation, env_signal)
+            warnings.append(f"required node affinity on {key} is kept although {why}")
         return IsolationDecision(None, tuple(warnings))
     if annotation is not None:
         if env_signal is not None and env_signal != annotation:

@@ -44,21 +44,16 @@ def warnings(
     """One warning per container and misspelt resource name, naming the container and the likely name."""
     out: list[str] = []
     for entry in podspec.objects(spec, walked=walked):
-        container = entry.body
-        res = container.get("resources")
-        if not isinstance(res, templates.OBJECT):
-            continue
         seen: set[str] = set()
-        for section in ("limits", "requests"):
-            values = res.get(section)
-            for name in values if isinstance(values, templates.OBJECT) else ():
+        for section, values in (("limits", entry.limits), ("requests", entry.requests)):
+            for name in values:
                 # Most names (cpu, memory, the GPU names themselves) end here, before the cache's hashing.
                 if not isinstance(name, str) or "/" not in name or name in seen or names.is_gpu(name):
                     continue
                 seen.add(name)
                 meant = suggestion(name, names)
                 if meant is not None:
-                    raw_name = container.get("name")
+                    raw_name = entry.body.get("name")
                     who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
                     shown = templates.printable(name, _RESOURCE_LIMIT)
                     out.append(

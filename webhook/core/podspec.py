@@ -8,7 +8,7 @@ walk containers through `containers`, so none of them can meet `containers: 3` u
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core import templates
@@ -18,7 +18,8 @@ from webhook.core import templates
 KEYS = ("containers", "initContainers")
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass costs ~0.2 us more to build, once per container per review.
+@dataclass(slots=True)
 class Container:
     """One container object: `path` is its field path, e.g. "spec.template.spec.containers[1]"."""
 
@@ -26,6 +27,18 @@ class Container:
     key: str  # "containers" or "initContainers"
     index: int  # in that list
     body: Mapping[str, Any]
+    # Every rule reads these: `resources.limits` and `resources.requests`, {} when absent or no object.
+    limits: Mapping[Any, Any] = field(init=False, repr=False, compare=False)
+    requests: Mapping[Any, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        res = self.body.get("resources")
+        if isinstance(res, templates.OBJECT):
+            limits, requests = res.get("limits"), res.get("requests")
+            self.limits = limits if isinstance(limits, templates.OBJECT) else {}
+            self.requests = requests if isinstance(requests, templates.OBJECT) else {}
+        else:
+            self.limits = self.requests = {}
 
     @property
     def init(self) -> bool:

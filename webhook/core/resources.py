@@ -6,6 +6,7 @@ spelled once. Values are copied from shared/reference/gpushare-protocol.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 # Extended resources.
@@ -63,9 +64,20 @@ class GpuResourceNames:
     # The whole cards our device plugin serves beside shares on shared nodes (webhook/core/wholecards.py);
     # list it in whole_device too, so the rules check its values.
     whole_card: str = NVIDIA_GPU
+    # The exact GPU names, for is_gpu and gpu_names: every resource name of every container is looked up.
+    _exact: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_exact", frozenset((*self.whole_device, self.memory, self.count)))
 
     def is_whole_device(self, name: str) -> bool:
         return name in self.whole_device or name.startswith(self.whole_device_prefixes)
 
     def is_gpu(self, name: str) -> bool:
-        return self.is_whole_device(name) or name in (self.memory, self.count)
+        return name in self._exact or name.startswith(self.whole_device_prefixes)
+
+    def gpu_names(self, keys: Iterable[object]) -> list[str]:
+        """The GPU names among `keys` (resource names as decoded: maybe no strings), sorted."""
+        exact = self._exact
+        prefixes = self.whole_device_prefixes
+        return sorted([k for k in keys if k in exact or (isinstance(k, str) and k.startswith(prefixes))])

@@ -145,27 +145,34 @@ def _asks(limits: Mapping[Any, Any], requests: Mapping[Any, Any], name: str) -> 
     return isinstance(parsed, str) or parsed > 0
 
 
-def _check_container(
-    container: Mapping[str, Any], path: str, names: resources.GpuResourceNames, unit: str
-) -> list[Violation]:
-    raw_name = container.get("name")
-    name = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else None
-    res = container.get("resources")
+def _wrong_types(res: object, res_path: str, name: str | None) -> list[Violation]:
+    """`resources`, or its limits or requests, when present but no object."""
     if res is None:
         return []
-    res_path = templates.join(path, "resources")
     if not isinstance(res, templates.OBJECT):
         return [wrong_type(res_path, name, res, "an object")]
     out: list[Violation] = []
-    sections: list[Mapping[Any, Any]] = []
     for section in ("limits", "requests"):
         values = res.get(section)
         if values is not None and not isinstance(values, templates.OBJECT):
             out.append(wrong_type(templates.join(res_path, section), name, values, "an object"))
-        sections.append(values if isinstance(values, templates.OBJECT) else {})
-    limits, requests = sections
+    return out
+
+
+def _check_container(
+    container: podspec.Container, names: resources.GpuResourceNames, unit: str
+) -> list[Violation]:
+    body, limits, requests = container.body, container.limits, container.requests
     # Limits and requests mostly share their keys: ask is_gpu once per distinct name.
-    gpu_names = sorted(k for k in {*limits, *requests} if isinstance(k, str) and names.is_gpu(k))
+    gpu_names = names.gpu_names({*limits, *requests})
+    # Sections that hold a name are objects: only an empty one may be of the wrong type.
+    shaped = bool(limits and requests)
+    if not gpu_names and (shaped or body.get("resources") is None):
+        return []  # most containers: nothing to report, no name or path to build
+    raw_name = body.get("name")
+    name = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else None
+    res_path = templates.join(container.path, "resources")
+    out = [] if shaped else _wrong_types(body.get("resources"), res_path, name)
     for resource in gpu_names:
         out += _check_resource(
             res_path, name, resource, limits=limits, requests=requests, names=names, unit=unit
@@ -229,7 +236,7 @@ def check_pod_spec(
         if isinstance(item, podspec.WrongShape):
             out.append(wrong_type(item.path, None, item.value, item.expected))
         else:
-            out += _check_container(item.body, item.path, names, unit)
+            out += _check_container(item, names, unit)
     out += _check_gpu_count(metadata, items, prefix, names, unit)
     mixed = wholecards.mixed(spec, names, prefix, walked=items)
     if mixed is not None:

@@ -5,7 +5,7 @@ The webhook and `gpushare check` both call `evaluate`, so the same object gives 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,9 @@ def clean_warning(text: str) -> str:
     return templates.printable(text, WARNING_LIMIT)
 
 
-def _unique(texts: Iterable[str]) -> tuple[str, ...]:
+def _unique(texts: list[str]) -> tuple[str, ...]:
+    if not texts:
+        return ()  # most objects: no warning, and the generator below costs more than the check
     return tuple(dict.fromkeys(clean_warning(t) for t in texts))
 
 

@@ -115,10 +115,16 @@ def container_cards(body: Mapping[str, Any], name: str, path: str = "") -> int:
     raise DemandError(gpumem.describe(at, _name(body), gpumem.show(raw), *problem))
 
 
-def _asks_memory(body: Mapping[str, Any], memory: str) -> bool:
-    found = _raw(body, memory)
-    parsed = gpumem.parse(found[1]) if found else None
-    return parsed is not None and (isinstance(parsed, str) or parsed > 0)
+def _asks(container: podspec.Container, name: str) -> bool:
+    """More than zero of `name` (the limit, else the request); an unreadable value counts as asking."""
+    if name in container.limits:
+        raw = container.limits[name]
+    elif name in container.requests:
+        raw = container.requests[name]
+    else:
+        return False  # most containers: a fast answer, no parsing
+    parsed = gpumem.parse(raw)
+    return isinstance(parsed, str) or parsed > 0
 
 
 def mixed(
@@ -136,10 +142,10 @@ def mixed(
     # This runs on every review and most pods ask no cards: look for cards first, shares only then. A
     # container asking both is not one here (gpumem.whole_and_memory reports it).
     items = podspec.objects(spec, prefix, walked)
-    carding = [_asks_cards(b.body, names) for b in items]
+    carding = [_asks(b, names.whole_card) for b in items]
     if not any(carding):
         return None
-    asks = [(b, _asks_memory(b.body, names.memory), card) for b, card in zip(items, carding, strict=True)]
+    asks = [(b, _asks(b, names.memory), card) for b, card in zip(items, carding, strict=True)]
     cards = [b for b, memory, card in asks if card and not memory]
     shares = [b for b, memory, card in asks if memory and not card]
     if not cards or not shares:
@@ -158,13 +164,7 @@ def mixed(
 
 def asks_cards(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
     """Any container of the pod spec asks for whole cards (an unreadable count counts as asking)."""
-    return any(_asks_cards(c.body, names) for c in podspec.objects(spec))
-
-
-def _asks_cards(body: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
-    found = _raw(body, names.whole_card)
-    parsed = gpumem.parse(found[1]) if found else None
-    return parsed is not None and (isinstance(parsed, str) or parsed > 0)
+    return any(_asks(c, names.whole_card) for c in podspec.objects(spec))
 
 
 def pod_cards(pod: Mapping[str, Any], names: resources.GpuResourceNames | None = None) -> CardDemand:
