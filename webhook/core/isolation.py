@@ -41,12 +41,22 @@ class _WrongType(Exception):
         self.violation = violation
 
 
-def _get(node: Mapping[str, Any], key: str, expected: type | tuple[type, ...], path: str, what: str) -> Any:
-    """`node[key]` if it has the `expected` type, None when absent; else raise a wrong-type violation."""
+def _get(
+    node: Mapping[str, Any],
+    key: str,
+    expected: type | tuple[type, ...],
+    path: str,
+    what: str,
+    *,
+    container: Mapping[str, Any] | None = None,
+) -> Any:
+    """`node[key]` if it has the `expected` type, None when absent; else raise a wrong-type violation,
+    naming `container` (its body) when the field is in one."""
     value = node.get(key)
     if value is None or isinstance(value, expected):
         return value
-    raise _WrongType(rules.wrong_type(templates.key_path(path, key), None, value, what))
+    who = None if container is None else _container_name(container)  # built only for the violation
+    raise _WrongType(rules.wrong_type(templates.key_path(path, key), who, value, what))
 
 
 def _gpu_memory(container: podspec.Container, name: str) -> bool:
@@ -97,10 +107,7 @@ def _container_name(container: Mapping[str, Any]) -> str:
 def _env_setting(container: podspec.Container, env_name: str, warnings: list[str]) -> str | None:
     """The container's CGPU_DISABLE: "true", "false", or None (unset or not readable, with a warning)."""
     body, path = container.body, container.path
-    env = body.get("env")
-    if env is not None and not isinstance(env, list):
-        env_path = templates.key_path(path, "env")
-        raise _WrongType(rules.wrong_type(env_path, _container_name(body), env, "a list of env vars"))
+    env = _get(body, "env", list, path, "a list of env vars", container=body)
     setting: str | None = None
     for i, item in enumerate(env or ()):
         if not isinstance(item, templates.OBJECT):
@@ -110,10 +117,7 @@ def _env_setting(container: podspec.Container, env_name: str, warnings: list[str
         if item.get("name") != env_name:
             continue
         # The last entry of a name wins, as in the kubelet.
-        value = item.get("value")
-        if value is not None and not isinstance(value, str):
-            value_path = templates.key_path(f"{path}.env[{i}]", "value")
-            raise _WrongType(rules.wrong_type(value_path, _container_name(body), value, "a string"))
+        value = _get(item, "value", str, f"{path}.env[{i}]", "a string", container=body)
         if item.get("valueFrom") is not None:
             name = _container_name(body)
             warnings.append(f'{env_name} of container "{name}" comes from valueFrom; assumed not "true"')

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core import templates
+from webhook.core import gpumem, templates
 
 # App containers, then init containers: the order of every message. Ephemeral containers cannot have
 # resources (pkg/apis/core/validation: validateEphemeralContainers), so no rule reads them.
@@ -39,6 +39,18 @@ class Container:
             self.requests = requests if isinstance(requests, templates.OBJECT) else {}
         else:
             self.limits = self.requests = {}
+
+    def asks(self, name: str) -> bool:
+        """More than zero of resource `name` (the limit, else the request); an unreadable value counts as
+        asking, so a rule that needs to know never lets a bad value pass unseen."""
+        if name in self.limits:
+            raw = self.limits[name]
+        elif name in self.requests:
+            raw = self.requests[name]
+        else:
+            return False  # most containers: a fast answer, no parsing
+        parsed = gpumem.parse(raw)
+        return isinstance(parsed, str) or parsed > 0
 
     @property
     def init(self) -> bool:

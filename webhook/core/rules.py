@@ -138,13 +138,6 @@ def _check_resource(
     return out
 
 
-def _asks(limits: Mapping[Any, Any], requests: Mapping[Any, Any], name: str) -> bool:
-    """More than zero of `name` (limit, else request); unreadable values count as asking."""
-    raw = limits[name] if name in limits else requests.get(name)
-    parsed = _parse(raw)
-    return isinstance(parsed, str) or parsed > 0
-
-
 def _wrong_types(res: object, res_path: str, name: str | None) -> list[Violation]:
     """`resources`, or its limits or requests, when present but no object."""
     if res is None:
@@ -177,8 +170,8 @@ def _check_container(
         out += _check_resource(
             res_path, name, resource, limits=limits, requests=requests, names=names, unit=unit
         )
-    whole = [n for n in gpu_names if names.is_whole_device(n) and _asks(limits, requests, n)]
-    if whole and names.memory in gpu_names and _asks(limits, requests, names.memory):
+    whole = [n for n in gpu_names if names.is_whole_device(n) and container.asks(n)]
+    if whole and names.memory in gpu_names and container.asks(names.memory):
         section = "limits" if names.memory in limits else "requests"
         found = gpumem.whole_and_memory(whole[0], names.memory, unit)
         out.append(Violation(f"{res_path}.{section}", name, None, found.problem, found.fix))

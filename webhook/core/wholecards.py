@@ -115,18 +115,6 @@ def container_cards(body: Mapping[str, Any], name: str, path: str = "") -> int:
     raise DemandError(gpumem.describe(at, _name(body), gpumem.show(raw), *problem))
 
 
-def _asks(container: podspec.Container, name: str) -> bool:
-    """More than zero of `name` (the limit, else the request); an unreadable value counts as asking."""
-    if name in container.limits:
-        raw = container.limits[name]
-    elif name in container.requests:
-        raw = container.requests[name]
-    else:
-        return False  # most containers: a fast answer, no parsing
-    parsed = gpumem.parse(raw)
-    return isinstance(parsed, str) or parsed > 0
-
-
 def mixed(
     spec: Mapping[str, Any],
     names: resources.GpuResourceNames,
@@ -142,10 +130,10 @@ def mixed(
     # This runs on every review and most pods ask no cards: look for cards first, shares only then. A
     # container asking both is not one here (gpumem.whole_and_memory reports it).
     items = podspec.objects(spec, prefix, walked)
-    carding = [_asks(b, names.whole_card) for b in items]
+    carding = [b.asks(names.whole_card) for b in items]
     if not any(carding):
         return None
-    asks = [(b, _asks(b, names.memory), card) for b, card in zip(items, carding, strict=True)]
+    asks = [(b, b.asks(names.memory), card) for b, card in zip(items, carding, strict=True)]
     cards = [b for b, memory, card in asks if card and not memory]
     shares = [b for b, memory, card in asks if memory and not card]
     if not cards or not shares:
@@ -164,7 +152,7 @@ def mixed(
 
 def asks_cards(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
     """Any container of the pod spec asks for whole cards (an unreadable count counts as asking)."""
-    return any(_asks(c, names.whole_card) for c in podspec.objects(spec))
+    return any(c.asks(names.whole_card) for c in podspec.objects(spec))
 
 
 def pod_cards(pod: Mapping[str, Any], names: resources.GpuResourceNames | None = None) -> CardDemand:
