@@ -1,4 +1,4 @@
-"""Quantity parsing against the table of real apimachinery output (contracts §4.3)."""
+"""Quantity parsing against a table of real output of k8s.io/apimachinery/pkg/api/resource (Go)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from webhook.core import quantity
 
-# (input, returned as, milli value, integer?) — copied from kubernetes-contracts.md §4.3.
+# (input, returned as, milli value, integer?) — apimachinery's own output, as above.
 TABLE = [
     ("1", "1", 1000, True),
     ("1.0", "1", 1000, True),

@@ -1,4 +1,4 @@
-"""The API stand-in answers the official client the way the real API server does (contracts §7)."""
+"""The API stand-in answers the official client as the real API server does (pods/binding: BindingREST)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""AdmissionReview v1 request dict -> response dict (contracts §1), deciding with `webhook.core.verdict`.
+"""AdmissionReview v1 (k8s.io/api admission/v1) request dict -> response dict, deciding with
+`webhook.core.verdict`.
 
 Pure: no I/O, no clock. `ReviewError` means the request itself is malformed (HTTP 400);
 a rule failure is an ordinary denial inside a 200 response.

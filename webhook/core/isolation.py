@@ -1,7 +1,7 @@
 """The `cgpu.disable.isolation` nodeSelector decision for a gpu-mem pod: annotation, CGPU_DISABLE, default.
 
 A gpu-mem pod without this selector can land in the isolating or the non-isolating node pool; the
-webhook pins it to one (gpushare-protocol.md, "strongly recommended to set nodeSelector").
+webhook pins it to one (the gpushare docs: "strongly recommended to set nodeSelector").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Names on the wire: GPU resource names, labels, annotations and env vars of the gpushare protocol.
 
 Every other module takes these names from here (or from a `GpuResourceNames` passed in), so a key is
-spelled once. Values are copied from shared/reference/gpushare-protocol.md.
+spelled once. Values are the original gpushare project's, byte for byte (wire compatibility).
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ def _check_resource(
     if name in requests:
         parsed = _parse(requests[name])
         # After defaulting a Pod's request is a copy of its limit: report a bad value once, at the limit.
-        # Compared as the API server does, after defaulting rounded both up to milli (contracts §3.2).
+        # Compared as the API server does (validateResourceRequirements), after defaulting rounded both
+        # up to milli.
         same = _same(limit, parsed)
         if not same:
             request, problem = _value_problem(request_path, container, requests[name], name, names, unit=unit)

@@ -25,8 +25,8 @@ from webhook.core import (
 # Defined beside the decision that reads it (isolation must not import verdict); kept here by name.
 IsolationPolicy = isolation.IsolationPolicy
 
-# contracts §1.5: the API server keeps warnings of up to 120 characters whole and drops any with
-# control characters.
+# The API server (k8s.io/apiserver pkg/endpoints/filters/warning.go) keeps warnings of up to 120
+# characters whole and drops any with control characters.
 WARNING_LIMIT = 120
 # A denial lists at most this many problems and characters, then says how many more there are: a Pod
 # with 40,000 bad containers must not get a 9 MB answer that the API server stores in events and kubectl

@@ -1,10 +1,10 @@
 """The extender's HTTP API (Starlette): filter, prioritize, bind, inspect, probes, metrics, version.
 
 Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error` (filter, bind), as
-kube-scheduler expects (contracts §5.2). Prioritize has no Error field: bad input gets 400 with one,
-and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards bind
-to the leader (`forward.py`). With a client CA (`settings.client_ca`) filter, prioritize, bind and inspect
-answer 403 to a caller without a verified client certificate; probes, metrics and version stay open.
+kube-scheduler expects (pkg/scheduler/extender.go). Prioritize has no Error field: bad input gets 400 with
+one, and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards
+bind to the leader (`forward.py`). With a client CA (`settings.client_ca`) filter, prioritize, bind and
+inspect answer 403 to a caller without a verified client certificate; probes, metrics and version stay open.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """kube-scheduler extender v1 JSON: requests read with keys matched case-insensitively, replies PascalCase.
 
 Pure: bytes/dicts in, dicts out. The Go types carry no json tags, so the keys are the Go field names and
-absent pointers/maps are `null` (contracts §5.3). Both `nodeCacheCapable` modes are handled here.
+absent pointers/maps are `null` (as Go's encoding/json writes k8s.io/kube-scheduler extender/v1 types). Both
+`nodeCacheCapable` modes are handled here.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ def bind_pod(  # noqa: PLR0917 - the signature the extender and device plugin we
     node: str,
     annotations: Mapping[str, str] | None = None,
 ) -> None:
-    """Create the pods/binding (contracts §7): the pod UID is a precondition, `annotations` are merged
+    """Create the pods/binding subresource: the pod UID is a precondition, `annotations` are merged
     into the pod with the bind. Raises ConflictError when the pod is already bound, being deleted,
     gated or replaced (UID mismatch), NotFoundError when it is gone."""
     metadata: Obj = {"name": name, "namespace": namespace}

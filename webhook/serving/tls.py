@@ -63,7 +63,8 @@ def server_context(files: TlsFiles) -> ssl.SSLContext:
     and asking for client certificates signed by `files.client_ca` when it is set."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    # The API server forces HTTP/1.1 for service references (contracts §1.4); uvicorn speaks only that.
+    # The API server forces HTTP/1.1 for service references (k8s.io/apiserver pkg/util/webhook); uvicorn
+    # speaks only that.
     ctx.set_alpn_protocols(["http/1.1"])
     try:
         ctx.load_cert_chain(files.cert, files.key)

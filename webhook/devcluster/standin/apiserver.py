@@ -39,7 +39,7 @@ Fixture API (`apiserver` in tests/conftest.py yields an `ApiServer`, started, st
 Semantics kept from the real server: one global resourceVersion; 409 Conflict on a stale
 metadata.resourceVersion in PUT or patch bodies; the main resource ignores status and the status
 subresource changes only status (pods, nodes); delete removes at once unless finalizers are set;
-pods/binding follows contracts §7 (400/422/404/409 cases, 201 Status).
+pods/binding follows `BindingREST.Create` (400/422/404/409 cases, 201 Status).
 
 Client notes: the client sends a dict PATCH body as strategic merge patch (treated here as merge patch)
 and a list as JSON patch; a JSON patch type with an object body gets 400, as on the real server.

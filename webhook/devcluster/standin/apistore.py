@@ -241,7 +241,7 @@ class Store:
             return self._commit(rt, key, None, "DELETED", old)
 
     def bind(self, namespace: str, name: str, binding: Any) -> Obj:
-        """pods/binding create, as `BindingREST.Create` (contracts §7)."""
+        """pods/binding create, as `BindingREST.Create` (pkg/registry/core/pod/storage)."""
         rt = BY_PLURAL["pods"]
         if not isinstance(binding, dict):
             raise ApiStatusError(400, "the body of the request was not a JSON object")

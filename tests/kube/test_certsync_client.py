@@ -1,16 +1,14 @@
-"""`gpushare ensure-certs --client-name`: the extender's Secret, a serving and a client pair whose CA
+"""`certsync.ensure` with a client name: the extender's Secret, a serving and a client pair whose CA
 survives renewals (kube-scheduler reads its caFile only at start)."""
 
 from __future__ import annotations
 
 import base64
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
-from webhook.cli import ensure_certs
 from webhook.core import certificates, mtlssecret
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import certsync
@@ -95,21 +93,3 @@ def test_a_foreign_client_certificate_is_replaced(apiserver: ApiServer) -> None:
     assert _run(apiserver).secret == "replaced"
     data = _secret(apiserver)
     assert certificates.is_signed_by(data["client.crt"], data["ca.crt"])
-
-
-def test_the_cli_takes_the_client_name(apiserver: ApiServer, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["--namespace", NS, "--secret", SECRET, "--service-dns", DNS[0], "--client-name", CLIENT]
-    assert ensure_certs.main([*argv, "--log-format", "text", "--server", apiserver.url]) == 0
-    assert json.loads(capsys.readouterr().out)["action"] == "created"
-    assert certificates.common_name(_secret(apiserver)["client.crt"]) == CLIENT
-
-
-@pytest.mark.parametrize("name", ["", "x" * 65], ids=["empty", "too-long"])
-def test_a_client_name_that_cannot_be_a_common_name_exits_2(
-    name: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["--namespace", NS, "--secret", SECRET, "--service-dns", DNS[0], "--client-name", name]
-    with pytest.raises(SystemExit) as exit_:
-        ensure_certs.main(argv)
-    assert exit_.value.code == 2
-    assert "a common name has 1 to 64 characters" in capsys.readouterr().err
