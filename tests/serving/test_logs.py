@@ -48,6 +48,33 @@ def test_text_format_appends_fields():
     assert out.getvalue().rstrip().endswith("DEBUG x: hello a=1")
 
 
+def test_text_format_keeps_request_values_on_one_line_and_escapes_them():
+    out = io.StringIO()
+    logs.configure("info", "text", stream=out)
+    forged = "u1 verdict=allowed\n2026-11-25 00:00:00,000 ERROR webhook.admission: forged"
+    fields = {"uid": forged, "name": "\x1b[31mred", "ns": 'a"b', "empty": "", "plain": "train-0"}
+    logging.getLogger("webhook.admission").info("review of\u2028x", extra={"fields": fields})
+    text = out.getvalue()
+    assert text.count("\n") == 1 and "\x1b" not in text and "\u2028" not in text
+    assert text.rstrip("\n").endswith(
+        "INFO webhook.admission: review of\\u2028x"
+        ' uid="u1 verdict=allowed\\n2026-11-25 00:00:00,000 ERROR webhook.admission: forged"'
+        ' name="\\x1b[31mred" ns="a\\"b" empty="" plain=train-0'
+    )
+
+
+def test_text_format_puts_a_traceback_after_the_line():
+    out = io.StringIO()
+    logs.configure("info", "text", stream=out)
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        logging.getLogger("x").exception("failed", extra={"fields": {"a": 1}})
+    first, *rest = out.getvalue().splitlines()
+    assert first.endswith("ERROR x: failed a=1")
+    assert rest[0] == "Traceback (most recent call last):" and rest[-1] == "RuntimeError: boom"
+
+
 def test_uvicorn_access_log_is_silenced():
     out = io.StringIO()
     logs.configure("info", "json", stream=out)

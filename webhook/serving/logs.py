@@ -69,17 +69,40 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """`time level logger: msg key=value ...` for people at a terminal."""
+    """`time level logger: msg key=value ...` for people at a terminal, one line per record (then the
+    traceback, if any). Values that came from a request (a uid, a pod name) may hold anything: what is
+    not printable is escaped, and a value with a space, quote or `=` is quoted, so none can end the line,
+    forge a second one or send terminal escapes."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = f"{self.formatTime(record)} {record.levelname} {record.name}: {_escaped(record.getMessage())}"
         fields = getattr(record, "fields", None)
         if isinstance(fields, dict) and fields:
-            line += " " + " ".join(f"{key}={value}" for key, value in fields.items())
+            line += " " + " ".join(f"{_escaped(str(key))}={_quoted(value)}" for key, value in fields.items())
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            line += "\n" + record.exc_text
+        if record.stack_info:
+            line += "\n" + self.formatStack(record.stack_info)
         return line
+
+
+def _escaped(text: str) -> str:
+    """`text` with each unprintable character (newlines, ESC, U+2028 ...) written as its Python escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _quoted(value: object) -> str:
+    text = str(value)
+    if text and text.isprintable() and not any(c in text for c in ' "=\\'):
+        return text
+    return '"' + _escaped(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 class JsonLinesHandler(logging.StreamHandler[TextIO]):
