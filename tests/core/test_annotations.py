@@ -126,3 +126,26 @@ def test_memory_units_name_their_size_in_mib(unit: str, mib: int) -> None:
 def test_unknown_memory_units_are_refused(unit: str) -> None:
     with pytest.raises(ValueError, match="is not GiB, MiB or <N>MiB"):
         ann.unit_mib(unit)
+
+
+@pytest.mark.parametrize("text", ["[" * 1500, '{"0":' * 1500], ids=["arrays", "objects"])
+@pytest.mark.parametrize(
+    ("read", "key"),
+    [
+        (Allocation.from_json, resources.ANN_ALLOCATION),
+        (NodeDevices.from_json, resources.NODE_DEVICES_ANNOTATION),
+    ],
+    ids=["allocation", "node-devices"],
+)
+def test_json_nested_past_the_stack_is_an_annotation_error_not_a_recursion_error(text, read, key):
+    # A RecursionError escaping here stopped the plugin's pod store for every pod of the node.
+    with pytest.raises(AnnotationError) as err:
+        read(text)
+    assert err.value.key == key
+    assert "nested too deeply" in str(err.value)
+
+
+def test_a_nested_value_is_named_by_its_kind_not_printed():
+    with pytest.raises(AnnotationError) as err:
+        Allocation.from_json('{"0":{"0":' + "[" * 500 + "]" * 500 + "}}")
+    assert err.value.problem == "a JSON array is not a non-negative integer"

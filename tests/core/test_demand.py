@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core import demand, resources
+from webhook.core import demand, resources, verdict
 
 MEM = "aliyun.com/gpu-mem"
 
@@ -92,12 +92,36 @@ def test_container_units_names_a_wrong_typed_field(container, field):
 
 def test_pod_demand_sums_app_containers_and_keeps_init_containers_apart():
     want = demand.pod_demand(
-        pod(ctr(limits={MEM: 2}), ctr(), ctr(limits={MEM: 3}), init=[ctr(limits={MEM: 7})])
+        pod(ctr(limits={MEM: 2}), ctr(), ctr(limits={MEM: 3}), init=[ctr(limits={MEM: 4})])
     )
     assert want.containers == (2, 0, 3)
-    assert want.init_containers == (7,)
-    assert (want.total, want.effective, want.gpu_count, want.per_gpu) == (5, 7, 1, 5)
+    assert want.init_containers == (4,)
+    assert (want.total, want.effective, want.gpu_count, want.per_gpu) == (5, 5, 1, 5)
     assert want.asks()
+
+
+@pytest.mark.parametrize(
+    ("app", "init", "label", "room"),
+    [((2, 3), 7, None, 5), ((0,), 4, None, 0), ((4, 4), 5, "2", 4)],
+    ids=["more-than-the-app", "app-asks-none", "uneven-over-two-gpus"],
+)
+def test_an_init_container_asking_more_than_the_app_containers_hold_is_refused(app, init, label, room):
+    # The extender would reserve only the app containers' memory; the init container would use more.
+    obj = pod(*(ctr(limits={MEM: u}) if u else ctr() for u in app), init=[ctr(limits={MEM: init})])
+    if label:
+        obj["metadata"] = {"labels": {resources.GPU_COUNT_LABEL: label}}
+    with pytest.raises(demand.DemandError) as err:
+        demand.pod_demand(obj)
+    assert f"an init container asks {init} GiB of {MEM}, more than the pod's app containers hold" in str(
+        err.value
+    )
+    assert f"({room})" in str(err.value) and "spec.initContainers[0].resources.limits" in str(err.value)
+
+
+def test_an_init_container_that_splits_evenly_over_the_pods_gpus_fits():
+    obj = pod(ctr(limits={MEM: 4}), ctr(limits={MEM: 4}), init=[ctr(limits={MEM: 8})])
+    obj["metadata"] = {"labels": {resources.GPU_COUNT_LABEL: "2"}}
+    assert demand.pod_demand(obj).init_containers == (8,)
 
 
 def test_pod_without_gpu_memory_asks_nothing():
@@ -283,3 +307,15 @@ def test_total_and_split_agree_with_arithmetic(units, count):
         want = demand.pod_demand(p)
         assert want.total == sum(units)
         assert want.per_gpu * count == sum(units)
+
+
+def test_the_webhook_and_the_extender_say_the_same_of_an_init_container_asking_too_much():
+    obj = pod(ctr(limits={MEM: 2}, name="train"), init=[ctr(limits={MEM: 14}, name="warm")])
+    with pytest.raises(demand.DemandError) as err:
+        demand.pod_demand(obj)
+    found = verdict.evaluate({"apiVersion": "v1", "kind": "Pod", **obj}, verdict.Policy())
+    assert not found.allowed
+    assert [str(v) for v in found.violations] == [str(err.value)]
+    assert str(err.value).startswith(
+        'spec.initContainers[0].resources.limits[aliyun.com/gpu-mem] (container "warm"): "14": '
+    )

@@ -164,9 +164,9 @@ def test_a_status_update_reuses_the_demand_and_a_label_change_or_new_uid_rereads
     reads = []
     real = demand.pod_demand
 
-    def counting(p, names):
+    def counting(p, names, unit="GiB"):
         reads.append(p)
-        return real(p, names)
+        return real(p, names, unit)
 
     monkeypatch.setattr(demand, "pod_demand", counting)
     cache.pod_event(ADDED, pod("a", 8))

@@ -14,7 +14,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.core import resources
+from webhook.core import gpumem, resources
 from webhook.core.accounting import Gpu
 from webhook.core.annotations import Allocation
 from webhook.core.demand import GpuMemoryDemand
@@ -92,14 +92,14 @@ def fit(
             return Fit(Allocation(dict(sorted(placed.items()))), memory[first])
         parts = ", ".join(str(u) for _, u in wanted)
         return NoFit(
-            f"largest free GPU has {largest} {unit}, pod needs {demand.effective} on one GPU "
+            f"{too_small(largest, demand.effective, unit)} on one GPU "
             f"or its containers ({parts}) on separate GPUs"
         )
     return NoFit(too_small(largest, demand.effective, unit))
 
 
 def too_small(largest: int, need: int, unit: str) -> str:
-    return f"largest free GPU has {largest} {unit}, pod needs {need}"
+    return f"largest free GPU has {largest} {gpumem.unit_plural(unit)}, pod needs {need}"
 
 
 def _fit_split(
@@ -117,8 +117,8 @@ def _fit_split(
     fitting = [(units, index) for index, units in free.items() if units >= per]
     if len(fitting) < count:
         return NoFit(
-            f"pod needs {per} {unit} on each of {count} GPUs, {len(fitting)} have that much free "
-            f"(largest free GPU has {largest} {unit})"
+            f"pod needs {per} {gpumem.unit_plural(unit)} on each of {count} GPUs, {len(fitting)} have that "
+            f"much free (largest free GPU has {largest} {gpumem.unit_plural(unit)})"
         )
     order = sorted(fitting, key=lambda f: (-f[0], f[1])) if policy is Policy.SPREAD else sorted(fitting)
     chosen = sorted(index for _, index in order[:count])

@@ -81,10 +81,7 @@ class Allocation:
     @classmethod
     def from_json(cls, text: str) -> Allocation:
         key = resources.ANN_ALLOCATION
-        try:
-            wire = json.loads(text)
-        except ValueError as err:
-            raise AnnotationError(key, f"not JSON ({err.args[0]})") from None
+        wire = _load_json(key, text)
         if not isinstance(wire, dict):
             raise AnnotationError(key, "must be a JSON object of container index -> {GPU index: memory}")
         containers: dict[int, dict[int, int]] = {}
@@ -199,10 +196,7 @@ class NodeDevices:
     @classmethod
     def from_json(cls, text: str) -> NodeDevices:
         key = resources.NODE_DEVICES_ANNOTATION
-        try:
-            wire = json.loads(text)
-        except ValueError as err:
-            raise AnnotationError(key, f"not JSON ({err.args[0]})") from None
+        wire = _load_json(key, text)
         if not isinstance(wire, dict) or not isinstance(wire.get("devices"), list):
             raise AnnotationError(key, 'must be {"unit": "GiB"|"MiB", "devices": [...]}')
         unit = wire.get("unit", "GiB")
@@ -234,19 +228,33 @@ class NodeDevices:
         return cls(unit=unit, devices=tuple(sorted(devices, key=lambda d: d.index)))
 
 
+def _load_json(key: str, text: str) -> object:
+    """The annotation's JSON value; AnnotationError for anything json cannot read."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        # "[[[[..." deeper than the interpreter's stack: anyone can write an annotation, and an
+        # escaping RecursionError would stop the reader of every pod of the node, not just this one.
+        raise AnnotationError(key, "not JSON (nested too deeply)") from None
+    except ValueError as err:
+        raise AnnotationError(key, f"not JSON ({err.args[0]})") from None
+
+
 def _units(key: str, raw: object) -> int:
     """A non-negative decimal integer, given as a JSON number or a decimal string."""
-    if isinstance(raw, bool):
-        raise AnnotationError(key, f"{raw!r} is not a non-negative integer")
-    if isinstance(raw, int):
-        value = raw
-    elif isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 30:
-        value = int(raw)
-    else:
-        raise AnnotationError(key, f"{raw!r} is not a non-negative integer")
-    if value < 0:
-        raise AnnotationError(key, f"{raw!r} is not a non-negative integer")
-    return value
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw >= 0:
+        return raw
+    if isinstance(raw, str) and raw.isascii() and raw.isdigit() and len(raw) <= 30:
+        return int(raw)
+    raise AnnotationError(key, f"{_shown(raw)} is not a non-negative integer")
+
+
+def _shown(raw: object) -> str:
+    # A nested list or a long string would flood the message (and a deep one can fail repr).
+    if isinstance(raw, (list, dict)):
+        return f"a JSON {'array' if isinstance(raw, list) else 'object'}"
+    text = repr(raw)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _flag(key: str, raw: str) -> bool:

@@ -173,6 +173,32 @@ def count_label_problem(
     return None
 
 
+def init_problem(
+    init_units: int, app_total: int, count: int, names: resources.GpuResourceNames, unit: str
+) -> gpumem.Problem | None:
+    """What is wrong with an init container asking `init_units` of gpu-mem beside app containers asking
+    `app_total` over `count` GPUs; None when it is fine (the rules and the extender say the same).
+
+    The extender reserves the app containers' memory and the device plugin runs an init container inside
+    it, on the GPU(s) the pod holds (split like the pod when it divides evenly, else on one of them): an
+    init container asking more would use memory nobody counted, and one beside app containers asking
+    none would have no GPU at all."""
+    if init_units <= 0:
+        return None
+    split = count > 1 and init_units % count == 0
+    room = app_total if count <= 1 or split else app_total // count
+    if init_units <= room:
+        return None
+    plural = gpumem.unit_plural(unit)
+    where = "" if count <= 1 or split else " on one GPU"
+    fix = f"give the app containers at least {init_units} {unit} of {names.memory} in all"
+    return gpumem.Problem(
+        f"an init container asks {init_units} {plural} of {names.memory}, more than the pod's app "
+        f"containers hold{where} ({room}): init containers run inside the app containers' GPU memory",
+        f"{fix}, or this init container at most {room}" if room else f"{fix} (the GPU it shares with them)",
+    )
+
+
 def check_split(
     total: int, count: int, key: str = resources.GPU_COUNT_LABEL, unit: str = gpumem.DEFAULT_UNIT
 ) -> None:
@@ -205,6 +231,7 @@ def pod_demand(
     spec, metadata = parts
     app: list[int] = []
     init: list[int] = []
+    init_items: list[podspec.Container] = []
     for item in podspec.containers(spec):
         if isinstance(item, podspec.WrongShape):
             raise _wrong_type(item.path, None, item.value, item.expected)
@@ -212,6 +239,8 @@ def pod_demand(
         if units:
             _check_shape(item.body, item.path, names, unit)
         (init if item.init else app).append(units)
+        if item.init:
+            init_items.append(item)
     labels = metadata.get("labels")
     if labels is not None and not isinstance(labels, Mapping):
         raise _wrong_type("metadata.labels", None, labels, "an object")
@@ -222,4 +251,14 @@ def pod_demand(
             path = templates.key_path("metadata.labels", names.count)
             raise _error(path, None, labels[names.count], found)
     count = gpu_count(labels, names.count)
+    for item, units in zip(init_items, init, strict=True):
+        found = init_problem(units, sum(app), count, names, unit)
+        if found is not None:
+            raise _error(memory_path(item, names), _name(item.body), units, found)
     return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)
+
+
+def memory_path(item: podspec.Container, names: resources.GpuResourceNames) -> str:
+    """Where a container asks for gpu-mem: its limit when it has one, else its request."""
+    section = "limits" if names.memory in item.limits else "requests"
+    return f"{item.path}.resources.{section}[{templates.printable(names.memory, 60)}]"

@@ -7,6 +7,7 @@ how Allocate and PodResources tell which GPU a container holds (core.matching). 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,8 @@ MIB_PER_GIB = 1024
 # (~70 MB) for 8 x 141 GiB, far past the kubelet's 4 MB gRPC limit (fault 5); 128 MiB blocks make
 # 9,024 devices (~0.56 MB).
 DEFAULT_MIB_PER_DEVICE = 128
+# The `<j>` of a device ID as `device_id` writes it: no sign, no leading zero, at most the ID's length.
+_CANONICAL_NUMBER = re.compile(rf"0|[1-9][0-9]{{0,{MAX_DEVICE_ID_LENGTH - 1}}}")
 
 
 class DeviceError(ValueError):
@@ -115,17 +118,30 @@ def fake_devices(
     ]
 
 
+def _number(tail: str) -> int | None:
+    """`<j>` exactly as `device_id` writes it, else None: "07" or "+7" would count one device twice,
+    and int() of thousands of digits raises (the kubelet's IDs are not to be trusted)."""
+    return int(tail) if _CANONICAL_NUMBER.fullmatch(tail) else None
+
+
 def decode_device_id(ident: str, gpus: Sequence[Gpu], granularity: Granularity) -> int:
     """The GPU index of one of our device IDs; DeviceError for an ID we never listed."""
     uuid, sep, tail = ident.rpartition(DEVICE_ID_SEPARATOR)
-    if not sep or not (tail.isascii() and tail.isdigit()):
-        raise DeviceError(f"device ID {ident!r} is not of the form <GPU UUID>-_-<n>")
+    number = _number(tail) if sep else None
+    if number is None:
+        raise DeviceError(f"device ID {_shown(ident)} is not of the form <GPU UUID>-_-<n>")
     for gpu in gpus:
         if gpu.uuid == uuid:
-            if int(tail) >= granularity.units(gpu.memory_mib):
+            if number >= granularity.units(gpu.memory_mib):
                 raise DeviceError(f"device ID {ident!r}: GPU {gpu.index} has no device {tail}")
             return gpu.index
-    raise DeviceError(f"device ID {ident!r} names no GPU of this node")
+    raise DeviceError(f"device ID {_shown(ident)} names no GPU of this node")
+
+
+def _shown(ident: str) -> str:
+    # Refusals quote the ID; one that is not ours may be any length.
+    text = repr(ident)
+    return text if len(text) <= MAX_DEVICE_ID_LENGTH + 2 else text[: MAX_DEVICE_ID_LENGTH - 1] + "..."
 
 
 def node_devices(
@@ -149,7 +165,8 @@ def device_indexer(gpus: Sequence[Gpu], granularity: Granularity) -> Callable[[s
     def index(ident: str) -> int:
         uuid, sep, tail = ident.rpartition(DEVICE_ID_SEPARATOR)
         found = by_uuid.get(uuid)
-        if not sep or found is None or not (tail.isascii() and tail.isdigit()) or int(tail) >= found[1]:
+        number = _number(tail) if sep and found is not None else None
+        if found is None or number is None or number >= found[1]:
             return decode_device_id(ident, gpus, granularity)  # raises, saying what is wrong
         return found[0]
 

@@ -118,6 +118,7 @@ def _slots(
     if not per_gpu:
         raise PlacementError("malformed placement: it holds no GPU memory")
     legacy = set(alloc.containers) == {0} and sum(alloc.for_container(0).values()) == want.total
+    _check_entries(spec, want, alloc, legacy)
     slots: list[Slot] = []
     for i, units in enumerate(want.init_containers):
         if units:
@@ -144,6 +145,35 @@ def _slots(
             )
         slots.append(Slot(container_name(spec, "containers", i), False, units, gpus, i))
     return tuple(slots)
+
+
+def _check_entries(
+    spec: Mapping[str, Any], want: demand.GpuMemoryDemand, alloc: ann.Allocation, legacy: bool
+) -> None:
+    """Every entry gives memory to a container that asks for it; the extender writes no other.
+
+    A 0-unit entry would add its GPU to the container's env (NVIDIA_VISIBLE_DEVICES), and an entry for
+    a container that does not ask would be counted in ALIYUN_COM_GPU_MEM_POD. The original extender's
+    annotations put the whole pod on container 0 (`legacy`), whether it asks or not.
+    """
+    for index, gpus in sorted(alloc.containers.items()):
+        for gpu, units in sorted(gpus.items()):
+            if units <= 0:
+                raise PlacementError(
+                    f"malformed placement: the allocation annotation gives container index {index} "
+                    f"{units} units on GPU {gpu} (every entry must hold memory)"
+                )
+        asks = index < len(want.containers) and want.containers[index] > 0
+        if not asks and not (legacy and index == 0):
+            what = (
+                f"container {container_name(spec, 'containers', index)!r} asks no GPU memory"
+                if index < len(want.containers)
+                else f"the pod has {len(want.containers)} container(s)"
+            )
+            raise PlacementError(
+                f"malformed placement: the allocation annotation has an entry for container index "
+                f"{index}, but {what}"
+            )
 
 
 def _init_gpus(units: int, per_gpu: Mapping[int, int], want: demand.GpuMemoryDemand) -> dict[int, int]:

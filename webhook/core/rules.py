@@ -208,6 +208,37 @@ def _check_gpu_count(
     return [] if found is None else [Violation(path, None, show(raw), *found)]
 
 
+def _check_init_memory(
+    metadata: Mapping[str, Any],
+    containers: list[podspec.Container | podspec.WrongShape],
+    names: resources.GpuResourceNames,
+    unit: str,
+) -> list[Violation]:
+    """Init containers asking gpu-mem must fit inside what the app containers hold (demand.init_problem).
+    Judged only when every amount reads: a bad value is reported where it is."""
+    init = [c for c in containers if isinstance(c, podspec.Container) and c.init and c.asks(names.memory)]
+    if not init or any(isinstance(c, podspec.WrongShape) for c in containers):
+        return []
+    try:
+        app_total = sum(
+            demand.container_units(c.body, names.memory, unit)
+            for c in containers
+            if isinstance(c, podspec.Container) and not c.init
+        )
+        count = demand.gpu_count(metadata.get("labels") or {}, names.count)
+        asked = [(c, demand.container_units(c.body, names.memory, unit)) for c in init]
+    except ValueError:  # DemandError, or a value too large: reported by the other rules
+        return []
+    out = []
+    for container, units in asked:
+        found = demand.init_problem(units, app_total, count, names, unit)
+        if found is not None:
+            raw_name = container.body.get("name")
+            name = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else None
+            out.append(Violation(demand.memory_path(container, names), name, str(units), *found))
+    return out
+
+
 def check_pod_spec(
     metadata: Mapping[str, Any],
     spec: Mapping[str, Any],
@@ -235,6 +266,8 @@ def check_pod_spec(
     mixed = wholecards.mixed(spec, names, prefix, walked=items)
     if mixed is not None:
         out.append(Violation(mixed.path, mixed.container, None, *mixed.problem))
+    if not out:  # judged on amounts that are right otherwise: a wrong one is to be fixed first
+        out += _check_init_memory(metadata, items, names, unit)
     out += _check_compute_percent(metadata, prefix)
     return out
 

@@ -179,17 +179,20 @@ class Allocator(BookAllocator):
             if found or remaining <= 0 or not self.pods.wait_newer(version, remaining):
                 return ids
 
-    def allocate(self, device_ids: Sequence[str]) -> Answer:
-        """The env (and MPS mounts) for one container that the kubelet gives these devices."""
-        gpus, granularity = self.state.gpus, self.state.granularity
+    def check(self, device_ids: Sequence[str]) -> dict[int, int]:
+        """The devices per GPU of one container request; AllocateError(invalid) for a malformed one."""
         if not device_ids:
             raise AllocateError("the container request lists no device IDs", invalid=True)
         if len(set(device_ids)) != len(device_ids):
             raise AllocateError("the container request lists a device ID twice", invalid=True)
         try:
-            split = devices.device_split(device_ids, gpus, granularity)
+            return devices.device_split(device_ids, self.state.gpus, self.state.granularity)
         except devices.DeviceError as err:
             raise AllocateError(f"unknown device: {err}", invalid=True) from None
+
+    def allocate(self, device_ids: Sequence[str]) -> Answer:
+        """The env (and MPS mounts) for one container that the kubelet gives these devices."""
+        split = self.check(device_ids)
         count = len(device_ids)
         deadline = time.monotonic() + self.wait_s
         kubelet: matching.KubeletView | None = None

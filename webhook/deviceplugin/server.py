@@ -85,6 +85,10 @@ class DeviceAllocator(Protocol):
 
     def prefer(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]: ...
 
+    def check(self, device_ids: Sequence[str]) -> object:
+        """Raise AllocateError(invalid) for a malformed container request; records nothing."""
+        ...
+
     def allocate(self, device_ids: Sequence[str]) -> Answer: ...
 
 
@@ -157,16 +161,22 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 grpc.StatusCode.INVALID_ARGUMENT, "gpushare: Allocate request has no container requests"
             )
         responses = []
-        for container in request.container_requests:
-            try:
-                answer = self.allocator.allocate(list(container.devices_ids))
-            except AllocateError as err:
-                log.warning("%s refused: %s", self.endpoint.call, err)
-                self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
-                code = (
-                    grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
-                )
-                context.abort(code, str(err))
+        try:
+            # Every container request first: a malformed later one must not leave an earlier one
+            # recorded in the book (and its pod marked assigned) for an RPC the kubelet sees refused.
+            given: list[str] = []
+            for container in request.container_requests:
+                self.allocator.check(list(container.devices_ids))
+                given += container.devices_ids
+            if len(set(given)) != len(given):
+                raise AllocateError("the Allocate request gives a device ID to two containers", invalid=True)
+            answers = [self.allocator.allocate(list(c.devices_ids)) for c in request.container_requests]
+        except AllocateError as err:
+            log.warning("%s refused: %s", self.endpoint.call, err)
+            self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, False)
+            code = grpc.StatusCode.INVALID_ARGUMENT if err.invalid else grpc.StatusCode.FAILED_PRECONDITION
+            context.abort(code, str(err))
+        for answer in answers:
             # Whole cards get no mounts: an empty repeated field, the same message as none.
             mounts = [
                 api_pb2.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)

@@ -56,12 +56,16 @@ class CardAllocator(allocator.BookAllocator):
             if found or remaining <= 0 or not self.pods.wait_newer(version, remaining):
                 return ids
 
-    def allocate(self, device_ids: Sequence[str]) -> allocator.Answer:
-        """The env of the container the kubelet gives these cards to: its placement's GPUs."""
+    def check(self, device_ids: Sequence[str]) -> tuple[int, ...]:
+        """The GPUs of one container request's cards; AllocateError(invalid) for a malformed one."""
         try:
-            chosen = cardmatching.card_gpus(device_ids, self.state.gpus)
+            return cardmatching.card_gpus(device_ids, self.state.gpus)
         except devices.DeviceError as err:
             raise allocator.AllocateError(self._explain(len(device_ids), str(err)), invalid=True) from None
+
+    def allocate(self, device_ids: Sequence[str]) -> allocator.Answer:
+        """The env of the container the kubelet gives these cards to: its placement's GPUs."""
+        chosen = self.check(device_ids)
         deadline = time.monotonic() + self.wait_s
         while True:
             version, pods = self.pods.snapshot()

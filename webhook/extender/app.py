@@ -38,6 +38,7 @@ from webhook.serving import clientauth, metrics, probes
 log = logging.getLogger(__name__)
 METRICS_NAMESPACE = "gpushare_extender"
 INTERNAL_ERROR = "internal error in the gpushare extender (logged there); retry"
+DISCONNECTED = "the client disconnected before sending the whole body"
 UNENCODABLE = "the reply cannot be encoded as JSON (the Node objects sent are nested too deeply)"
 NO_CLIENT_CERTIFICATE = (
     "the gpushare extender answers filter, prioritize, bind and inspect only to a caller with a client "
@@ -130,9 +131,7 @@ def build_app(
         "leader", "1 when this replica binds.", namespace=METRICS_NAMESPACE, registry=ext.registry
     )
     leader_gauge.set_function(lambda: 1.0 if ext.leadership.is_leader() else 0.0)
-    ext.readiness.add_check(
-        "cache-synced", lambda: ext.cache.pods_synced.is_set() and ext.cache.nodes_synced.is_set()
-    )
+    ext.readiness.add_check("cache-synced", ext.cache.synced)
     # Binds wait on the API server, so they run on threads; a plain executor hands work over for about
     # half the CPU of Starlette's run_in_threadpool (anyio), which was a third of a bind's HTTP cost.
     binds = ThreadPoolExecutor(max_workers=settings.bind_workers, thread_name_prefix="extender-bind")
@@ -174,6 +173,9 @@ def build_app(
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             outcome = "bad_request"
             result = wire.filter_error(str(err))
+        except body_limit.ClientDisconnect:  # nobody reads this answer; not a bug, so no traceback
+            outcome = "disconnected"
+            result = wire.filter_error(DISCONNECTED)
         except Exception:  # a bug of ours: still 200 with Error, which kube-scheduler reports on the pod
             log.exception("filter failed")
             outcome = "error"
@@ -188,6 +190,9 @@ def build_app(
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("prioritize", "bad_request", time.perf_counter() - started)
             return JSONResponse({"Error": str(err)}, status_code=400)
+        except body_limit.ClientDisconnect:
+            request_metrics.observe("prioritize", "disconnected", time.perf_counter() - started)
+            return JSONResponse({"Error": DISCONNECTED}, status_code=400)
         except Exception:  # no scores: kube-scheduler then ranks nodes without ours
             log.exception("prioritize failed")
             request_metrics.observe("prioritize", "error", time.perf_counter() - started)
@@ -229,6 +234,9 @@ def build_app(
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             request_metrics.observe("bind", "bad_request", time.perf_counter() - started)
             return JSONResponse(wire.binding_result(str(err)))
+        except body_limit.ClientDisconnect:
+            request_metrics.observe("bind", "disconnected", time.perf_counter() - started)
+            return JSONResponse(wire.binding_result(DISCONNECTED))
         try:
             if not ext.leadership.is_leader():
                 error = await forward_bind(request, args, body)

@@ -27,6 +27,8 @@ from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)
 
+NOT_SYNCED = "the gpushare extender has not yet listed the cluster's nodes and pods (it is starting); retry"
+
 
 # Picks the pod's GPU(s) from a node's GPUs (with their use) in the node's unit: the allocator's fit for
 # shares, wholecards.fit for whole cards. Both reserve and annotate through the same path.
@@ -143,6 +145,10 @@ class Binder:
                 return f"binding pod {args.key} to {args.node}: {err.message}"
 
     def _bind(self, args: BindingArgs) -> str:
+        if not self.cache.synced():
+            # Its ledgers would miss the pods already running: a bind now could over-commit a GPU. A
+            # follower forwards binds to the leader whatever the leader's readiness says.
+            return NOT_SYNCED
         record = self.cache.pod(args.key)
         if record is None or (args.pod_uid and record.uid != args.pod_uid):
             # Not yet seen by the watch (or an older pod of the same name): one GET, never a list.
@@ -152,7 +158,7 @@ class Binder:
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             if args.pod_uid and uid != args.pod_uid:
                 return f"pod {args.key} has UID {uid}, not {args.pod_uid}: it was re-created"
-            record = cache_mod.record_of(pod, self.cache.names)
+            record = cache_mod.record_of(pod, self.cache.names, unit=self.cache.unit)
             if record is None:
                 return self._asks_nothing(args)
             if record.node:  # bound already, and the watch has not shown it: count it meanwhile
@@ -164,7 +170,7 @@ class Binder:
         if record.demand is None:
             return f"pod {args.key}: {record.demand_error}"
         if record.cards.asks():
-            return self._bind_cards(args, uid, record.cards)
+            return self._bind_cards(args, uid, record)
         if not record.demand.asks():
             return self._asks_nothing(args)
         asked = record.demand
@@ -175,9 +181,11 @@ class Binder:
             return f"node {args.node}: {refused}"
         notes = {resources.PLACEMENT_POLICY_ANNOTATION: record.policy}
         policy = modes.placement_policy(notes, node_policy, self.settings.default_policy)
-        return self._place(args, uid, lambda gpus, unit: allocator.fit(asked, gpus, policy, unit))
+        return self._place(
+            args, uid, lambda gpus, unit: allocator.fit(asked, gpus, policy, unit), record.created
+        )
 
-    def _bind_cards(self, args: BindingArgs, uid: str, cards: wholecards.CardDemand) -> str:
+    def _bind_cards(self, args: BindingArgs, uid: str, record: cache_mod.PodRecord) -> str:
         """Whole cards: reserved and annotated like a share on a node our plugin serves; on a node where
         NVIDIA's plugin serves them, a plain Binding (nothing of ours to count or to tell the plugin)."""
         mode = whole.ours(self.cache, args.node)
@@ -185,11 +193,13 @@ class Binder:
             return self._send(args, uid, {}).error
         if not isinstance(mode, modes.Mode):
             return f"node {args.node}: {mode}"
-        return self._place(args, uid, lambda gpus, unit: wholecards.fit(cards, gpus))
+        cards = record.cards
+        return self._place(args, uid, lambda gpus, unit: wholecards.fit(cards, gpus), record.created)
 
-    def _place(self, args: BindingArgs, uid: str, choose: _Choose) -> str:
-        """Reserve what `choose` picks on the node, then create the Binding with its annotations."""
-        reserved = self._reserve(args, uid, choose)
+    def _place(self, args: BindingArgs, uid: str, choose: _Choose, created: str) -> str:
+        """Reserve what `choose` picks on the node, then create the Binding with its annotations.
+        `created`: the pod's creationTimestamp, which tells later events of an older namesake apart."""
+        reserved = self._reserve(args, uid, choose, created)
         if isinstance(reserved, str):
             return reserved
         token, placement = reserved
@@ -244,7 +254,9 @@ class Binder:
             return _bound_answer(args, record.node, record.share is not None or bool(record.problem) or plain)
         return None
 
-    def _reserve(self, args: BindingArgs, uid: str, choose: _Choose) -> tuple[int, ann.Placement] | str:
+    def _reserve(
+        self, args: BindingArgs, uid: str, choose: _Choose, created: str
+    ) -> tuple[int, ann.Placement] | str:
         with self._node_lock(args.node), self.cache.locked():
             ledger = self.cache.ledger(args.node)
             if ledger is None:
@@ -254,7 +266,7 @@ class Binder:
                 return f"node {args.node}: {result.reason}"
             now = self._clock_ns()
             self.cache.expire_assumptions(now)
-            token = self.cache.assume(args.key, uid, args.node, result.allocation, now)
+            token = self.cache.assume(args.key, uid, args.node, result.allocation, now, created=created)
         placement = ann.Placement(result.allocation, device_memory=result.device_memory, assume_time_ns=now)
         return token, placement
 

@@ -38,6 +38,7 @@ class PodRecord:
     ended: bool = False  # Succeeded/Failed: holds no memory any more
     deleting: bool = False  # has a deletionTimestamp: still holds its memory until the API removes it
     cards: wholecards.CardDemand = wholecards.NO_CARDS  # whole cards (nvidia.com/gpu) it asks for
+    created: str = ""  # metadata.creationTimestamp, RFC 3339 in UTC: orders pods of one name
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +51,7 @@ class Assumption:
     node: str
     since_ns: int
     bound: bool = False
+    created: str = ""  # the assumed pod's creationTimestamp ("" when unknown)
     older: frozenset[str] = frozenset()  # UIDs of older pods of the same name the cache had seen
 
 
@@ -66,7 +68,10 @@ class NodeView:
 
 
 def record_of(
-    pod: Mapping[str, Any], names: resources.GpuResourceNames, previous: PodRecord | None = None
+    pod: Mapping[str, Any],
+    names: resources.GpuResourceNames,
+    previous: PodRecord | None = None,
+    unit: str = "GiB",
 ) -> PodRecord | None:
     """The cache's record of a pod; None for pods that neither ask for GPU memory nor hold any.
 
@@ -88,7 +93,7 @@ def record_of(
         asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
     else:
         try:
-            asked, demand_error = demand.pod_demand(pod, names), ""
+            asked, demand_error = demand.pod_demand(pod, names, unit), ""  # unit: for its messages
             cards = wholecards.pod_cards(pod, names)
         except demand.DemandError as err:
             asked, demand_error = None, str(err)
@@ -108,7 +113,19 @@ def record_of(
         ended=not accounting.holds_memory(pod),
         deleting=accounting.being_deleted(pod),
         cards=cards,
+        created=str(meta.get("creationTimestamp") or ""),
     )
+
+
+def _replaces(assumption: Assumption, uid: str, created: str) -> bool:
+    """Whether an event of another pod of the assumed pod's name (`uid`, created at `created`) shows the
+    assumed one gone. Not when it is older, known to the cache as a predecessor or created earlier: a
+    late event of the pod that name had before (the watch is behind the GET that showed the binder the
+    newer one), which must not drop the newer pod's memory. Unknown or equal times count as newer: the
+    watch then settles it within its lag."""
+    if uid in assumption.older:
+        return False
+    return not (created and assumption.created and created < assumption.created)
 
 
 class Cache:
@@ -199,6 +216,10 @@ class Cache:
             self.largest_free()  # settle the summaries now, not in the first filter after a (re)list
         self.nodes_synced.set()
 
+    def synced(self) -> bool:
+        """Whether the first lists of nodes and pods are in: before, the ledgers miss the pods running."""
+        return self.nodes_synced.is_set() and self.pods_synced.is_set()
+
     def knows_node(self, name: str) -> bool:
         return name in self._nodes
 
@@ -218,17 +239,15 @@ class Cache:
 
     def pod_event(self, kind: str, pod: Mapping[str, Any]) -> None:
         key = accounting.pod_key(pod)
-        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        meta = pod.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
         with self._lock:
             assumption = self._assumed.get(key)
-            # Late events of an older pod of the same name (the watch is behind the GET that showed the
-            # binder the newer one) must not drop the newer one's memory.
-            if (
-                assumption is not None
-                and uid not in assumption.older
-                and (
+            if assumption is not None and (
+                _replaces(assumption, uid, str(meta.get("creationTimestamp") or ""))
+                if assumption.uid != uid
+                else (
                     kind == DELETED
-                    or assumption.uid != uid
                     or accounting.node_name_of(pod)
                     or not accounting.holds_memory(pod)
                     # Unbound and being deleted: kube-apiserver refuses its Binding, so none will land.
@@ -240,7 +259,7 @@ class Cache:
             if kind == DELETED:
                 self._set_record(key, None)
                 return
-            self._set_record(key, record_of(pod, self.names, self._pods.get(key)))
+            self._set_record(key, record_of(pod, self.names, self._pods.get(key), self.unit))
 
     def pods_resync(self, pods: Iterable[Mapping[str, Any]]) -> None:
         with self._lock:
@@ -268,7 +287,9 @@ class Cache:
 
     # --- assumptions (binder) ----------------------------------------------------------------------
 
-    def assume(self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int) -> int:
+    def assume(
+        self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int, *, created: str = ""
+    ) -> int:
         """Count a pod on `node` from the moment its Binding is sent, before the watch shows it; the token
         that `confirm` and `forget` take. Replaces an earlier assumption of the pod: the binder only
         assumes for a pod whose earlier binds are over (or for a newer pod of the same name)."""
@@ -283,7 +304,7 @@ class Cache:
                 older.add(old.uid)
             older.discard(uid)
             token = next(self._tokens)
-            self._assumed[key] = Assumption(token, uid, node, now_ns, older=frozenset(older))
+            self._assumed[key] = Assumption(token, uid, node, now_ns, created=created, older=frozenset(older))
             share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
             self._ledger(node).place(share)
             return token
@@ -322,7 +343,8 @@ class Cache:
             except ann.AnnotationError:
                 return
             if share is not None:
-                token = self.assume(key, uid, node, share.allocation, now_ns)
+                created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
+                token = self.assume(key, uid, node, share.allocation, now_ns, created=created)
                 self.confirm(key, token)
 
     def _drop_assumption(self, key: str) -> None:

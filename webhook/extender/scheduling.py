@@ -31,7 +31,7 @@ def filter_nodes(
         return whole.filter_nodes(cache, args, cards)
     if not asked.asks():
         return wire.filter_result(args, list(args.node_names))
-    policy = allocator.policy_of(_annotations(args.pod), default_policy)
+    notes = _annotations(args.pod)
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
@@ -66,6 +66,9 @@ def filter_nodes(
                     message = messages[top] = allocator.too_small(top, need, cache.unit)
                 failed[name] = message
             else:
+                # The order prioritize and bind use (pod annotation, node label, --policy): the greedy
+                # split of containers over GPUs depends on it.
+                policy = modes.placement_policy(notes, cache.placement(name), default_policy)
                 verdict, reason = _judge(cache, name, asked, policy)
                 if verdict is PASS:
                     passed.append(name)
