@@ -183,3 +183,18 @@ def test_a_pod_that_bypassed_the_extender_is_refused_without_waiting(make_plugin
     with pytest.raises(grpc.RpcError, match="has no gpushare placement"):
         kubelet.admit(rogue)
     assert time.perf_counter() - started < 1.0
+
+
+def test_a_container_split_unevenly_over_two_gpus_is_limited_to_the_least_it_holds_on_either(
+    make_plugin, kubelet
+):
+    # The extender's split of [6, 2] over 2 GPUs (4 GiB each): container 0 holds 4 on GPU 0 and 2 on
+    # GPU 1. A per-GPU limit of 4 would let it take on GPU 1 memory that container 1 holds.
+    plugin = make_plugin("0:16,1:16")
+    kubelet.wait(lambda k: len(k.devices) == 32)
+    labels = {"aliyun.com/gpu-count": "2"}
+    pod = placed_pod("uneven", [6, 2], {0: {0: 4, 1: 2}, 1: {1: 2}}, labels=labels)
+    plugin.pods.set([pod])
+    envs = kubelet.admit(pod)
+    assert [env["ALIYUN_COM_GPU_MEM_CONTAINER"] for env in envs] == ["2", "2"]
+    assert [env["ALIYUN_COM_GPU_MEM_IDX"] for env in envs] == ["0,1", "1"]

@@ -317,8 +317,10 @@ def container_env(
         resources.ENV_VISIBLE_DEVICES: ",".join(by_index[g].uuid for g in chosen),
         resources.ENV_MEM_IDX: ",".join(str(g) for g in chosen),
         resources.ENV_MEM_POD: str(placement.pod_total),
-        # Memory on each of its GPUs: on one GPU that is the container's whole share.
-        resources.ENV_MEM_CONTAINER: str(max(slot.gpus.values())),
+        # The memory it may use on each of its GPUs: on one GPU its whole share; split unevenly over
+        # several (a pod of M GPUs fills them in container order), the least it holds on any, so a limit
+        # applied per GPU never takes memory another pod holds.
+        resources.ENV_MEM_CONTAINER: str(min(slot.gpus.values())),
         resources.ENV_MEM_DEV: str(granularity.units(by_index[chosen[0]].memory_mib)),
     }
     if isolation_disabled:
