@@ -63,10 +63,13 @@ def test_filter_with_node_names_says_why_each_node_failed(harness):
         "Nodes": None,
         "NodeNames": ["n1"],
         "FailedNodes": {
-            "n2": "largest free GPU has 4 GiB, pod needs 5",
             "ghost": "node is not known to the gpushare extender yet (its watch has not shown it)",
         },
-        "FailedAndUnresolvableNodes": {"sick": "all 1 GPUs of the node are unhealthy"},
+        # n2's only GPU is smaller than the pod: no preemption could make room there.
+        "FailedAndUnresolvableNodes": {
+            "n2": "even with no other pod on it: largest free GPU has 4 GiB, pod needs 5",
+            "sick": "all 1 GPUs of the node are unhealthy",
+        },
         "Error": "",
     }
 

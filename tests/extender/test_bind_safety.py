@@ -1,7 +1,7 @@
 """Ways a GPU could be over-committed that an audit found, each now refused or counted: a bind before
 the first lists are in, init containers asking more than the pod holds, a late event of an older pod of
-the same name, filter and bind judging by different placement orders; and a client that leaves
-mid-body, which is no error of ours."""
+the same name, filter and bind judging by different placement orders. Also: a client that leaves
+mid-body (no error of ours), messages in the configured unit, and nodes where preemption cannot help."""
 
 from __future__ import annotations
 
@@ -171,3 +171,28 @@ def test_a_pod_too_large_for_the_node_is_told_in_the_nodes_unit():
     cache.pods_resync([p])
     error = bind(binder_for(cache, api), p)
     assert error == "node n1: largest free GPU has 128 blocks of 128 MiB, pod needs 200"
+
+
+@pytest.mark.parametrize(
+    ("pod_args", "kind"),
+    [
+        ((pod("big", 20),), "unresolvable"),  # no GPU of 20 GiB on the node
+        ((pod("wide", 8, gpu_count=4),), "unresolvable"),  # 4 GPUs asked, the node has 2
+        ((pod("fits-empty", 12),), "failed"),  # fits once the running pod is gone: preemption helps
+        ((pod("pair", 12, 12),), "failed"),  # one container per GPU once emptied
+    ],
+    ids=["larger-than-any-gpu", "more-gpus-than-the-node", "room-after-preemption", "split-after-preemption"],
+)
+def test_filter_tells_apart_nodes_where_preemption_could_make_room(pod_args, kind):
+    cache = Cache()
+    cache.nodes_resync([node("n1", 16, 16)])
+    running = pod("running", 10, 10, node_name="n1", placed={0: {0: 10}, 1: {1: 10}}, phase="Running")
+    cache.pods_resync([running])
+    (p,) = pod_args
+    result = scheduling.filter_nodes(
+        cache, wire.ExtenderArgs(pod=p, node_names=("n1",)), allocator.Policy.BINPACK
+    )
+    failed, unresolvable = result["FailedNodes"] or {}, result["FailedAndUnresolvableNodes"] or {}
+    assert list(failed if kind == "failed" else unresolvable) == ["n1"], (failed, unresolvable)
+    if kind == "unresolvable":
+        assert unresolvable["n1"].startswith("even with no other pod on it: ")

@@ -61,7 +61,7 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
     result = scheduling.filter_nodes(
         cache, wire.ExtenderArgs(pod("new", units), names), allocator.Policy.BINPACK
     )
-    expected_pass, expected_fail = [], {}
+    expected_pass, expected_fail, expected_never = [], {}, {}
     with cache.locked():
         for name in names:
             ledger = cache.ledger(name)
@@ -72,8 +72,16 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
             if isinstance(fit, allocator.Fit):
                 expected_pass.append(name)
             elif any(g.healthy for g in ledger.gpus()):
-                expected_fail[name] = fit.reason
+                # Unresolvable (not failed) when it would not fit the node emptied of pods either.
+                never = allocator.never_fits(
+                    GpuMemoryDemand((units,)), ledger.gpus(), allocator.Policy.BINPACK, ledger.unit
+                )
+                if never is None:
+                    expected_fail[name] = fit.reason
+                else:
+                    expected_never[name] = never
     assert result["NodeNames"] == expected_pass
     assert (result["FailedNodes"] or {}) == expected_fail
-    unresolvable = set(result["FailedAndUnresolvableNodes"] or {})
-    assert unresolvable == set(names) - set(expected_pass) - set(expected_fail)
+    unresolvable = result["FailedAndUnresolvableNodes"] or {}
+    assert set(unresolvable) == set(names) - set(expected_pass) - set(expected_fail)
+    assert {k: v for k, v in unresolvable.items() if k in expected_never} == expected_never

@@ -213,6 +213,10 @@ class Ledger:
             )
         return self._gpus
 
+    def largest_memory(self) -> int:
+        """Memory of the node's largest healthy GPU, used or not; -1 when none is healthy."""
+        return max((g.memory for g in self.gpus() if g.healthy), default=-1)
+
     def free_desc(self) -> tuple[int, ...]:
         """Free memory of each healthy GPU, largest first (cached; filter reads it for every node)."""
         if self._free_desc is None:

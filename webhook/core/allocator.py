@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from webhook.core import gpumem, resources
 from webhook.core.accounting import Gpu
@@ -96,6 +96,16 @@ def fit(
             f"or its containers ({parts}) on separate GPUs"
         )
     return NoFit(too_small(largest, demand.effective, unit))
+
+
+# Filter's prefix for a pod that does not fit a node even emptied of pods: preempting cannot help there.
+EMPTIED = "even with no other pod on it: "
+
+
+def never_fits(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy, unit: str) -> str | None:
+    """Why the pod cannot go on this node even with no other pod on it, or None when it could."""
+    result = fit(demand, [replace(g, used=0) for g in gpus], policy, unit)
+    return None if isinstance(result, Fit) else EMPTIED + result.reason
 
 
 def too_small(largest: int, need: int, unit: str) -> str:

@@ -154,6 +154,7 @@ class Cache:
         # Free memory of each known node's largest healthy GPU (-1: none healthy), refreshed on read for
         # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
         self._largest: dict[str, int] = {}
+        self._capacity: dict[str, int] = {}  # and of its largest healthy GPU, for the same nodes
         self._dirty: set[str] = set()
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
@@ -387,11 +388,19 @@ class Cache:
                 ledger = self._ledgers.get(name)
                 if ledger is None or name not in self._nodes:
                     self._largest.pop(name, None)
+                    self._capacity.pop(name, None)
                     continue
                 free = ledger.free_desc()
                 self._largest[name] = free[0] if free else -1
+                self._capacity[name] = ledger.largest_memory()
             self._dirty.clear()
         return self._largest
+
+    def largest_gpu(self) -> Mapping[str, int]:
+        """Per known node, the memory of its largest healthy GPU, used or not (-1: none healthy): a pod
+        larger than that fits there whatever pods leave. Hold `locked()` while using it."""
+        self.largest_free()
+        return self._capacity
 
     def node_names(self) -> list[str]:
         with self._lock:

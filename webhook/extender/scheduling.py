@@ -56,11 +56,22 @@ def filter_nodes(
         else:
             rest = list(names)
         messages: dict[int, str] = {}  # one string per distinct largest-free value, not one per node
+        never: dict[int, str] = {}  # and per distinct largest GPU, for the nodes no GPU of fits
+        capacity = cache.largest_gpu()
         for name in rest:
             top = largest.get(name)
             if top is None:
                 failed[name] = UNKNOWN_NODE
             elif whole_only and top >= 0:
+                size = capacity.get(name, top)
+                if size < need:  # no GPU of the node is that large: preempting cannot help
+                    message = never.get(size)
+                    if message is None:
+                        message = never[size] = allocator.EMPTIED + allocator.too_small(
+                            size, need, cache.unit
+                        )
+                    unresolvable[name] = message
+                    continue
                 message = messages.get(top)
                 if message is None:
                     message = messages[top] = allocator.too_small(top, need, cache.unit)
@@ -89,15 +100,15 @@ def _judge(
     quick = allocator.quick_fit(asked, free_desc)
     if quick:
         return PASS, ""
-    if quick is False and asked.gpu_count == 1 and free_desc:
-        return FAIL, allocator.too_small(free_desc[0], asked.effective, ledger.unit)
     result = allocator.fit(asked, ledger.gpus(), policy, ledger.unit)
     if isinstance(result, allocator.Fit):
         return PASS, ""
     if not free_desc:
         # No healthy GPU at all: preempting pods cannot help on this node.
         return UNRESOLVABLE, ledger.device_problem or result.reason
-    return FAIL, result.reason
+    # kube-scheduler may preempt lower-priority pods on a node filter failed: say when that cannot help.
+    never = allocator.never_fits(asked, ledger.gpus(), policy, ledger.unit)
+    return (FAIL, result.reason) if never is None else (UNRESOLVABLE, never)
 
 
 def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy) -> dict[str, int]:
