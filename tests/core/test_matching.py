@@ -81,6 +81,17 @@ def test_a_pod_abandoned_midway_is_skipped():
     assert book.match(3, pods).pod.name == "b"
 
 
+def test_a_pod_rejected_midway_is_not_continued():
+    a = placed_pod("a", [4, 4], {0: {0: 4}, 1: {1: 4}}, assume=1)
+    b = placed_pod("b", [4], {0: {0: 4}}, assume=2)
+    book = matching.AllocationBook()
+    book.commit(book.match(4, views(a)))
+    # The kubelet rejected a before its second container: its GPU1 slot must not go to b.
+    a["status"]["phase"] = "Failed"
+    match = book.match(4, views(a, b))
+    assert (match.pod.name, dict(match.slot.gpus)) == ("b", {0: 4})
+
+
 @pytest.mark.parametrize(
     ("status", "meta"),
     [
@@ -194,6 +205,20 @@ def test_the_kubelets_list_names_the_pod_being_admitted_whatever_the_arrival_ord
     assert book.match(4, views(a, b), kubelet=kubelet).pod.name == "b"
     # Without the list, arrival order decides.
     assert book.match(4, views(a, b)).pod.name == "a"
+
+
+def test_of_several_listed_pods_the_one_the_kubelet_started_else_the_last_listed_is_admitted():
+    x = placed_pod("x", [4], {0: {0: 4}}, assume=1)
+    y = placed_pod("y", [4], {0: {2: 4}}, assume=2)
+    z = placed_pod("z", [2, 4], {0: {1: 2}, 1: {1: 4}}, assume=3)
+    book = matching.AllocationBook()
+    # x is listed without devices because the kubelet rejected it before Allocate; y came after it.
+    both = matching.KubeletView({"default/x": {"c0": ()}, "default/y": {"c0": ()}})
+    assert [m.pod.name for m in book.candidates(4, views(x, y), both)] == ["y", "x"]
+    assert book.match(4, views(x, y), kubelet=both).pod.name == "y"
+    # A pod whose first container already has devices is the one being admitted, though it came first.
+    started = matching.KubeletView({**both.pods, "default/z": {"c0": tuple(ids_on(1, 0, 1)), "c1": ()}})
+    assert [m.pod.name for m in book.candidates(4, views(z, x, y), started)] == ["z", "y", "x"]
 
 
 def test_the_kubelets_list_says_which_container_of_a_pod_comes_next():

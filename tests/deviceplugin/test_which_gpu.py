@@ -63,6 +63,45 @@ def test_without_pod_resources_device_ids_on_the_placed_gpu_still_pick_the_pod(m
     assert plugin.marks.marked == ["default/b"]
 
 
+def test_a_pod_rejected_midway_hands_its_next_gpu_to_no_other_pod(make_plugin, kubelet):
+    plugin = make_plugin("0:16,1:16")  # no PodResources: the book's pod in progress
+    kubelet.wait(lambda k: len(k.devices) == 32)
+    a = placed_pod("a", [4, 4], {0: {0: 4}, 1: {1: 4}}, assume=1)
+    b = placed_pod("b", [4], {0: {0: 4}}, assume=2)
+    plugin.pods.set([a])
+    on_gpu0 = [i for i in kubelet.free() if _gpu_of(plugin, [i]) == [0]][:4]
+    assert kubelet.allocate_ids(on_gpu0).container_responses[0].envs["ALIYUN_COM_GPU_MEM_IDX"] == "0"
+    plugin.pods.set([placed_pod("a", [4, 4], {0: {0: 4}, 1: {1: 4}}, phase="Failed"), b])
+    env = kubelet.admit(b)[0]
+    assert (env["ALIYUN_COM_GPU_MEM_IDX"], env["ALIYUN_COM_GPU_MEM_POD"]) == ("0", "4")
+    assert plugin.marks.marked == ["default/b"]
+
+
+def test_advice_for_a_pod_rejected_since_goes_to_the_pod_the_kubelet_admits(make_plugin, kubelet):
+    plugin = make_plugin("0:16,1:16")
+    kubelet.wait(lambda k: len(k.devices) == 32)
+    a = placed_pod("a", [4], {0: {0: 4}}, assume=1)
+    b = placed_pod("b", [4], {0: {0: 4}}, assume=2)
+    plugin.pods.set([a, b])
+    advised = kubelet.prefer(kubelet.free(), 4)  # for a, which the kubelet then rejects
+    plugin.pods.set([placed_pod("a", [4], {0: {0: 4}}, phase="Failed"), b])
+    kubelet.allocate_ids(advised)
+    assert plugin.marks.marked == ["default/b"]
+
+
+def test_a_listed_pod_rejected_before_allocate_does_not_take_the_next_pods_gpu(make_plugin, kubelet):
+    plugin = make_plugin("0:16,1:16", pod_resources=True)
+    kubelet.wait(lambda k: len(k.devices) == 32)
+    x = placed_pod("x", [4], {0: {0: 4}}, assume=1)
+    y = placed_pod("y", [4], {0: {1: 4}}, assume=2)
+    plugin.pods.set([x, y])
+    with kubelet._lock:
+        kubelet.active["uid-x"] = x  # listed, then rejected (say OutOfcpu) before any Allocate
+    assert kubelet.admit(y)[0]["ALIYUN_COM_GPU_MEM_IDX"] == "1"
+    assert _gpu_of(plugin, kubelet.assigned["uid-y"]["c0"]) == [1]
+    assert plugin.marks.marked == ["default/y"]
+
+
 def test_a_hundred_waiting_allocates_block_no_other_call(make_plugin, kubelet):
     plugin = make_plugin("0:16,1:16", wait_s=3.0)
     kubelet.wait(lambda k: len(k.devices) == 32)

@@ -77,10 +77,11 @@ class AllocationBook:
     """Which containers of which pods this plugin has answered Allocate for (not thread-safe).
 
     Candidates for a request of `count` devices, best first: with the kubelet's pod list, the pods it
-    lists whose next GPU container (per that list) asks `count`; else the pod in progress (the kubelet
-    allocates a pod's GPU containers in a row), then waiting pods not yet touched, in arrival order,
-    whose first GPU container asks `count`. Device IDs already chosen pick, among the candidates, the
-    one whose placement they lie on. A pod that cannot get memory is refused when it is the match.
+    lists whose next GPU container (per that list) asks `count`, those it started first, then the latest
+    arrived; else the pod in progress if still waiting (the kubelet allocates a pod's GPU containers in a
+    row), then waiting pods not yet touched, in arrival order, whose first GPU container asks `count`.
+    Device IDs already chosen pick, among the candidates, the one whose placement they lie on. A pod that
+    cannot get memory is refused when it is the match.
     """
 
     progress: dict[str, int] = field(default_factory=dict)  # uid -> containers answered
@@ -97,7 +98,7 @@ class AllocationBook:
             # records each container's devices right after its Allocate, so a listed pod whose GPU
             # containers still lack devices is the one being admitted: no guessing by order.
             listed = []
-            for pod in ordered:
+            for pod in reversed(ordered):
                 if pod.key not in kubelet.pods or not pod.waiting or pod.uid in self.refused:
                     continue
                 if pod.problem is not None:
@@ -108,11 +109,16 @@ class AllocationBook:
                 if done < len(pod.slots) and pod.slots[done].units == count:
                     listed.append(Match(pod, done))
             if listed:
-                return listed
+                # It admits one pod at a time, listing each just before: of several listed pods lacking
+                # devices, the others were rejected before Allocate (their Failed phase not yet in our
+                # watch). So the one it started first, then the one that came last.
+                return sorted(listed, key=lambda m: m.slot_number == 0)
         found: list[Match] = []
         by_uid = {p.uid: p for p in ordered}
         current = by_uid.get(self.current) if self.current else None
-        if current is not None and current.problem is None:
+        # A pod no longer waiting (rejected part-way, deleted) is never continued: its next slot's GPU
+        # would go to whichever pod the kubelet admits next.
+        if current is not None and current.problem is None and current.waiting:
             done = self.progress.get(current.uid, 0)
             if done < len(current.slots) and current.slots[done].units == count:
                 found.append(Match(current, done))

@@ -107,7 +107,9 @@ class BookAllocator:
             return None
         uid, slot = advised
         pod = next((p for p in pods if p.uid == uid), None)
-        if pod is None or pod.problem is not None or slot >= len(pod.slots) or pod.slots[slot].units != count:
+        if pod is None or not pod.waiting or pod.problem is not None:
+            return None  # rejected or started since the advice: its GPU is not this container's
+        if slot >= len(pod.slots) or pod.slots[slot].units != count:
             return None
         return matching.Match(pod, slot)
 
