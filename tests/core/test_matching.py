@@ -294,6 +294,28 @@ def test_reconcile_corrects_the_pods_whose_containers_got_each_others_gpu():
     assert book.progress == {"uid-a": 1, "uid-b": 1}
 
 
+def test_reconcile_of_an_original_extenders_placement_counts_each_container_once():
+    # The original extender's annotations put the whole pod (2 + 2) on container 0 of GPU 0; the kubelet
+    # shows container c1 on GPU 1 instead. The correction gives each container its own 2, in all 4.
+    legacy = placed_pod("legacy", [2, 2], None, assume=1)
+    legacy["metadata"]["annotations"] = {
+        "ALIYUN_COM_GPU_MEM_IDX": "0",
+        "ALIYUN_COM_GPU_MEM_POD": "4",
+        "ALIYUN_COM_GPU_MEM_DEV": "16",
+        "ALIYUN_COM_GPU_MEM_ASSIGNED": "true",
+        "ALIYUN_COM_GPU_MEM_ASSUME_TIME": "1",
+    }
+    pods = views(legacy)
+    book = matching.AllocationBook()
+    book.given[frozenset({"a"})] = matching.Given("uid-legacy", "c0", {0: 2})
+    book.given[frozenset({"b"})] = matching.Given("uid-other", "c0", {1: 2})
+    kubelet = matching.KubeletView({"default/legacy": {"c0": ("a",), "c1": ("b",)}})
+    (fix,), _ = matching.reconcile(pods, kubelet, book, {0: 16, 1: 16})
+    assert fix.containers == ("c1",)
+    assert fix.annotations["scheduler.framework.gpushare.allocation"] == '{"0":{"0":2},"1":{"1":2}}'
+    assert fix.annotations["ALIYUN_COM_GPU_MEM_POD"] == "4"
+
+
 def test_sync_after_a_restart_continues_the_pod_in_flight():
     earlier = placed_pod("earlier", [2], {0: {1: 2}}, assume=1)
     split = placed_pod("split", [2, 2], {0: {0: 2}, 1: {2: 2}}, assume=2)

@@ -278,7 +278,9 @@ def reconcile(
         containers = kubelet.pods.get(pod.key)
         if not containers or pod.placement is None or pod.problem is not None:
             continue
-        fixed = dict(pod.placement.allocation.containers)
+        # From the slots, not the annotation: a placement of the original extender (the whole pod on
+        # container 0) is first spread over its containers, so a correction never counts memory twice.
+        fixed: dict[int, Mapping[int, int]] = {s.index: dict(s.gpus) for s in pod.slots if not s.init}
         names = []
         for slot in pod.slots:
             key = frozenset(containers.get(slot.container, ()))
