@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.admission import settings
+from tests.admission import samples
+from webhook.admission import review, settings
 from webhook.core import resources, verdict
 
 MEM = "aliyun.com/gpu-mem"
@@ -135,6 +136,14 @@ def test_the_memory_unit_of_the_config_file_is_the_one_every_denial_names(tmp_pa
     message = verdict.evaluate(pod, policy).message()
     assert message.endswith("fix: write 3072; the unit is MiB") and "GiB" not in message.replace("3Gi", "")
     assert settings.build().policy.memory_unit == "GiB"
+
+
+def test_with_mib_a_size_the_api_server_wrote_as_4k_is_allowed_and_patched(tmp_path):
+    # kubectl apply of `aliyun.com/gpu-mem: 4000` reaches the webhook as "4k" (canonical form).
+    policy = settings.build(settings.load_config(write(tmp_path, "memoryUnit: MiB\n"))).policy
+    body = samples.review(samples.pod(samples.pod_spec(samples.container(limits={MEM: "4k"}))))
+    answer = review.review(body, "mutate", review.Policy(rules=policy))
+    assert answer.outcome == "patched" and answer.review["response"]["allowed"] is True
 
 
 def test_an_unreadable_config_file_is_a_config_error(tmp_path):

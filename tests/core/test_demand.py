@@ -319,3 +319,18 @@ def test_the_webhook_and_the_extender_say_the_same_of_an_init_container_asking_t
     assert str(err.value).startswith(
         'spec.initContainers[0].resources.limits[aliyun.com/gpu-mem] (container "warm"): "14": '
     )
+
+
+def test_a_sidecar_asking_gpu_memory_is_refused_by_the_webhook_and_the_extender_alike():
+    sidecar = ctr(limits={MEM: 4}, name="proxy")
+    sidecar["restartPolicy"] = "Always"  # native sidecar: runs beside the app containers
+    obj = pod(ctr(limits={MEM: 4}, name="train"), init=[sidecar])
+    with pytest.raises(demand.DemandError) as err:
+        demand.pod_demand(obj)
+    assert "a sidecar (an init container with restartPolicy: Always) asks aliyun.com/gpu-mem" in str(
+        err.value
+    )
+    found = verdict.evaluate({"apiVersion": "v1", "kind": "Pod", **obj}, verdict.Policy())
+    assert [str(v) for v in found.violations] == [str(err.value)]
+    del sidecar["restartPolicy"]  # an ordinary init container of that size runs inside the app's share
+    assert demand.pod_demand(obj).init_containers == (4,)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core import gpumem, quantity
+from webhook.core import demand, gpumem, quantity
 
 MEM = "aliyun.com/gpu-mem"
 
@@ -37,6 +37,20 @@ def test_a_byte_suffix_is_denied_with_the_number_to_write(raw, unit, fix):
     assert found is not None
     assert found.fix == fix
     assert "with no unit suffix" in found.problem
+
+
+@pytest.mark.parametrize(
+    ("raw", "unit", "units"),
+    [("4k", "MiB", 4000), ("80k", "MiB", 80000), ("16M", "MiB", 16_000_000), ("1k", "GiB", 1000)],
+    ids=["4000-MiB", "80000-MiB", "16M-MiB", "1000-GiB"],
+)
+def test_a_plain_number_as_the_api_server_writes_it_is_that_number(raw, unit, units):
+    # The API server keeps quantities in canonical form: a manifest's 4000 reaches the webhook and the
+    # extender as "4k". Only a count past any request (16 TiB of GPU memory) is taken as bytes.
+    assert quantity.parse(str(units)).canonical() == raw
+    assert problem(raw, unit) is None
+    container = {"resources": {"limits": {MEM: raw}}}
+    assert demand.container_units(container, MEM, unit) == units
 
 
 def test_the_problem_says_what_the_extender_would_count():

@@ -174,7 +174,13 @@ def count_label_problem(
 
 
 def init_problem(
-    init_units: int, app_total: int, count: int, names: resources.GpuResourceNames, unit: str
+    init_units: int,
+    app_total: int,
+    count: int,
+    names: resources.GpuResourceNames,
+    unit: str,
+    *,
+    sidecar: bool = False,
 ) -> gpumem.Problem | None:
     """What is wrong with an init container asking `init_units` of gpu-mem beside app containers asking
     `app_total` over `count` GPUs; None when it is fine (the rules and the extender say the same).
@@ -185,6 +191,12 @@ def init_problem(
     none would have no GPU at all."""
     if init_units <= 0:
         return None
+    if sidecar:  # restartPolicy: Always runs beside the app containers, outside what they hold
+        return gpumem.Problem(
+            f"a sidecar (an init container with restartPolicy: Always) asks {names.memory}: it runs beside "
+            "the app containers for the pod's whole life, and gpushare reserves only theirs",
+            f"ask for {names.memory} in an app container (spec.containers) instead",
+        )
     split = count > 1 and init_units % count == 0
     room = app_total if count <= 1 or split else app_total // count
     if init_units <= room:
@@ -252,10 +264,15 @@ def pod_demand(
             raise _error(path, None, labels[names.count], found)
     count = gpu_count(labels, names.count)
     for item, units in zip(init_items, init, strict=True):
-        found = init_problem(units, sum(app), count, names, unit)
+        found = init_problem(units, sum(app), count, names, unit, sidecar=is_sidecar(item))
         if found is not None:
             raise _error(memory_path(item, names), _name(item.body), units, found)
     return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)
+
+
+def is_sidecar(item: podspec.Container) -> bool:
+    """A restartable init container (Kubernetes 1.29+ native sidecar): it keeps running."""
+    return item.init and item.body.get("restartPolicy") == "Always"
 
 
 def memory_path(item: podspec.Container, names: resources.GpuResourceNames) -> str:

@@ -14,6 +14,8 @@ from webhook.core import quantity, templates
 
 DEFAULT_UNIT = "GiB"
 _BYTES_PER_MIB = 1 << 20
+# More GPU memory than any pod could ask (16 TiB): a count of units past it can only be bytes.
+_MOST_MIB = 16 << 20
 # A number followed by a byte-like suffix: "3Gi", "3G", "3072Mi", "1.5Ti". "E" alone is exa, "3E3" is not.
 _BYTE_SUFFIX = re.compile(r"^[+-]?[0-9.]+(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
 _SHOWN_DIGITS = 20
@@ -128,10 +130,10 @@ def memory_value(raw: object, parsed: quantity.Quantity, name: str, unit: str) -
 
     Denied: a byte suffix ("3Gi", "3G", "3072Mi": the extender would count 3221225472 units and the pod
     would stay Pending forever) and a fraction ("0.5": devices are whole units). A whole number in
-    another spelling ("3e0", "3000m") is the same number and passes, as the API server rewrites it.
+    another spelling ("3e0", "3000m", or "4k", the API server's own spelling of 4000) is that number.
     """
     text = raw.strip() if isinstance(raw, str) else ""
-    if _BYTE_SUFFIX.match(text):
+    if _BYTE_SUFFIX.match(text) and not _written_by_the_api_server(text, parsed, unit):
         wanted = _ceil(parsed, ann.unit_mib(unit) * _BYTES_PER_MIB)
         plural = unit_plural(unit)
         return Problem(
@@ -145,6 +147,16 @@ def memory_value(raw: object, parsed: quantity.Quantity, name: str, unit: str) -
             write(_ceil(parsed), unit),
         )
     return None
+
+
+def _written_by_the_api_server(text: str, parsed: quantity.Quantity, unit: str) -> bool:
+    """Whether a decimal suffix is how the API server writes a plain number: it keeps quantities in
+    canonical form, so a manifest's `4000` reaches the webhook as "4k" and `16000000` as "16M". Taken
+    as a byte size only when the number of units could be no request at all (over 16 TiB of GPU memory):
+    "3G" in GiB is 3,000,000,000 GiB, surely meant as bytes; "4k" in MiB is 4000 MiB."""
+    if text.endswith("i") or not parsed.is_integer():
+        return False  # a binary suffix, or a fraction: the user's own spelling
+    return parsed.milli_value() // 1000 * ann.unit_mib(unit) <= _MOST_MIB
 
 
 def memory_problem(raw: object, parsed: quantity.Quantity | str, name: str, unit: str) -> Problem | None:

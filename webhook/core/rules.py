@@ -231,7 +231,9 @@ def _check_init_memory(
         return []
     out = []
     for container, units in asked:
-        found = demand.init_problem(units, app_total, count, names, unit)
+        found = demand.init_problem(
+            units, app_total, count, names, unit, sidecar=demand.is_sidecar(container)
+        )
         if found is not None:
             raw_name = container.body.get("name")
             name = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else None
