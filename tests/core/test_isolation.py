@@ -326,3 +326,11 @@ def test_gpu_memory_containers_lists_app_then_init_containers():
     spec = {"containers": [a, b], "initContainers": [i, "junk"]}
     assert isolation.gpu_memory_containers(spec, NAMES) == [a, i]
     assert isolation.asks_gpu_memory({"containers": [ctr(mem=10**5000)]}, NAMES)
+
+
+def test_a_pod_placed_by_nodename_gets_no_selector_the_kubelet_could_refuse_it_for():
+    decision = decide(ctr(env=cgpu("true")), spec_extra={"nodeName": "gpu-node-1"})
+    assert decision.violation is None and decision.value is None
+    assert decision.warnings == (
+        "spec.nodeName=gpu-node-1 places the pod itself: no nodeSelector cgpu.disable.isolation added",
+    )

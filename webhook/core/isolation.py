@@ -247,6 +247,13 @@ def _decide(
             why = _source(policy, annotation, env_signal)
             warnings.append(f"required node affinity on {key} is kept although {why}")
         return IsolationDecision(None, tuple(warnings))
+    node_name = template.spec.get("nodeName")
+    if isinstance(node_name, str) and node_name:
+        # Placed without the scheduler: a selector the node's label does not match makes the kubelet
+        # refuse the pod (NodeAffinity), so none is added; the node's pool is the user's choice.
+        shown = templates.printable(node_name, 60)
+        warnings.append(f"spec.nodeName={shown} places the pod itself: no nodeSelector {key} added")
+        return IsolationDecision(None, tuple(warnings))
     if annotation is not None:
         if env_signal is not None and env_signal != annotation:
             warnings.append(
