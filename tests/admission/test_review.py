@@ -147,11 +147,29 @@ def test_operations(endpoint, operation, examined):
         None if operation in ("DELETE", "CONNECT") else obj,
         operation=operation,
         kind="Pod",
-        old=obj if operation in ("UPDATE", "DELETE") else None,
+        # The UPDATE brings the problem in: what the object had before is not held against it.
+        old=gpu_pod() if operation in ("UPDATE", "DELETE") else None,
     )
     result = review.review(body, endpoint, POLICY)
     assert result.review["response"]["allowed"] is (not examined)
     assert (result.outcome == "skipped") is (not examined)
+
+
+def test_an_update_is_denied_only_for_the_problems_it_brings():
+    bad = gpu_pod(limits=HALF_GPU)  # created before the webhook (or before a rule) was in place
+    relabelled = copy.deepcopy(bad)
+    relabelled["metadata"]["labels"] = {"team": "vision"}
+    answer = review.review(samples.review(relabelled, operation="UPDATE", old=bad), "validate", POLICY)
+    response = answer.review["response"]
+    assert response["allowed"] is True and answer.outcome == "allowed"
+    assert response["warnings"][-1] == "1 GPU resource problem(s) the object already had are left as they are"
+    worse = copy.deepcopy(relabelled)
+    worse["spec"]["containers"].append(samples.container(name="second", limits={"aliyun.com/gpu-mem": "3Gi"}))
+    denied = review.review(samples.review(worse, operation="UPDATE", old=bad), "validate", POLICY)
+    message = denied.review["response"]["status"]["message"]
+    # The 3Gi and the mixed pod it makes are new; the half GPU it had before is not listed again.
+    assert message.startswith("Pod has 2 problems with GPU resources:") and "3Gi" in message
+    assert '"0.5"' not in message
 
 
 def test_excluded_namespaces_are_allowed_untouched():

@@ -211,16 +211,42 @@ def test_many_pods_are_listed_page_by_page(apiserver: ApiServer, capsys: pytest.
     [
         ["--extender", "http://x", "--server", "http://y"],
         ["--timeout", "0"],
+        ["--timeout", "nan"],
+        ["--timeout", "inf"],
+        ["--timeout", "-1"],
+        ["--server", "notaurl"],
+        ["--server", "127.0.0.1:8080"],
         ["--unit", "TiB"],
         ["-o", "yaml"],
     ],
-    ids=["extender-and-server", "zero-timeout", "bad-unit", "bad-output"],
+    ids=[
+        "extender-and-server",
+        "zero-timeout",
+        "nan-timeout",
+        "inf-timeout",
+        "negative-timeout",
+        "server-without-scheme",
+        "server-host-port",
+        "bad-unit",
+        "bad-output",
+    ],
 )
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         inspect.main(argv)
     assert exit_.value.code == 2
     assert "usage: gpushare inspect" in capsys.readouterr().err
+
+
+def test_a_node_named_twice_is_shown_and_counted_once(
+    cluster: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "--server", cluster.url, "-o", "json", "n2", "n1", "n2")
+    assert code == 0
+    found = json.loads(out)
+    assert [n["name"] for n in found["nodes"]] == ["n1", "n2"]
+    assert (found["allocated"], found["total"]) == (71, 152)
+    assert inspect.InspectSettings(nodes=("b", "a", "b")).nodes == ("b", "a")
 
 
 # --- --extender -------------------------------------------------------------------------------------

@@ -167,6 +167,37 @@ def test_an_unknown_context_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "prod" in err
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"garbage: [\n", "invalid YAML (line 2, column 1): while parsing a flow node: expected the node"),
+        (b"- a\n- b\n", "not a kubeconfig: the YAML is a list, not a mapping"),
+        (b"just text\n", "not a kubeconfig: the YAML is a string, not a mapping"),
+        (b"\xff\xfe", "not UTF-8 text (byte 0)"),
+    ],
+    ids=["invalid-yaml", "list", "string", "not-utf8"],
+)
+def test_a_kubeconfig_that_is_not_a_yaml_mapping_exits_2_naming_it(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    problem: str,
+) -> None:
+    bad = tmp_path / "config"
+    bad.write_bytes(content)
+    code, _, err = run(capsys, "--kubeconfig", str(bad))
+    assert code == exitcodes.USAGE
+    assert one_line(err).startswith(
+        f"gpushare inspect: cannot configure the Kubernetes client: {bad}: {problem}"
+    )
+    # The same through $KUBECONFIG, where a good file beside it does not hide the bad one.
+    monkeypatch.setenv(kube_client.KUBECONFIG_ENV, f"{kubeconfig(tmp_path / 'good')}:{bad}")
+    code, _, err = run(capsys)
+    assert code == exitcodes.USAGE
+    assert f"{bad}: {problem}" in one_line(err)
+
+
 def test_the_http_library_says_nothing_of_its_own(
     apiserver: ApiServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

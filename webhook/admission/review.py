@@ -62,6 +62,7 @@ class Request(NamedTuple):
     name: str
     sub_resource: str
     obj: Mapping[str, Any] | None
+    old: Mapping[str, Any] | None = None  # oldObject on UPDATE
 
     @property
     def is_core_pod(self) -> bool:
@@ -129,6 +130,7 @@ def parse(body: Any) -> Request:
         name=text["name"],
         sub_resource=text["subResource"],
         obj=obj if isinstance(obj, dict) else None,
+        old=old if operation == "UPDATE" and isinstance(old := req.get("oldObject"), dict) else None,
     )
 
 
@@ -139,6 +141,9 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
         return Result(_envelope({"uid": req.uid, "allowed": True}), req, "skipped")
     assert req.obj is not None  # _examined is false without an object
     found = verdict.evaluate(req.obj, policy.rules)
+    if req.old is not None and not found.allowed:
+        # Denied only for what this UPDATE breaks (ratcheting), never for what the object already had.
+        found = verdict.ratchet(found, verdict.evaluate(req.old, policy.rules))
     response: Response = {"uid": req.uid, "allowed": found.allowed}
     if found.warnings:  # already as the API server keeps them, and capped (verdict.MAX_WARNINGS)
         response["warnings"] = list(found.warnings)

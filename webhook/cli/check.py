@@ -77,7 +77,8 @@ def main(argv: list[str]) -> int:
     try:
         settings = settings_from_args(args)
     except admission_settings.ConfigError as err:
-        print(f"gpushare check: {err}", file=sys.stderr)
+        # The message may hold the --config path: escaped as file names are in the report.
+        print(f"gpushare check: {templates.printable(str(err))}", file=sys.stderr)
         return report.UNREADABLE
     return run(settings)
 

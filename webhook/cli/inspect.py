@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import ssl
 import sys
 import urllib.error
@@ -41,6 +42,8 @@ class InspectError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class InspectSettings:
+    """What to show and where from; `nodes` keeps each name once, in the order given."""
+
     nodes: tuple[str, ...] = ()  # only these nodes; all GPU nodes when empty
     details: bool = False
     output: str = "text"
@@ -54,6 +57,10 @@ class InspectSettings:
     client: kube_client.ClientSettings = field(default_factory=kube_client.ClientSettings)
     timeout_s: float = DEFAULT_TIMEOUT_S
     names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
+
+    def __post_init__(self) -> None:
+        # A node named twice would be listed twice and its memory counted twice in the cluster total.
+        object.__setattr__(self, "nodes", tuple(dict.fromkeys(self.nodes)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,15 +109,27 @@ def build_parser() -> argparse.ArgumentParser:
         help="the name the extender's certificate holds, when the URL dials another (an IP, or 127.0.0.1 "
         "through kubectl port-forward), e.g. gpushare-extender.gpushare-system.svc (default: the URL's host)",
     )
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request")
+    parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds: the sockets refuse nan (ValueError) and inf (OverflowError)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text!r}")
+    return value
 
 
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.timeout <= 0:
-        parser.error("--timeout must be > 0")
+    # Without a scheme the client library warns (FutureWarning) and then fails with a traceback.
+    if args.server and urllib.parse.urlsplit(args.server).scheme.lower() not in ("http", "https"):
+        parser.error(f"--server must be an http:// or https:// URL, not {args.server!r}")
     if args.extender and (args.server or args.kubeconfig or args.context):
         parser.error(
             "--extender reads the extender; it does not combine with --server/--kubeconfig/--context"

@@ -23,7 +23,8 @@ STDIN = "-"
 STDIN_NAME = "<stdin>"
 EXTENSIONS = (".yaml", ".yml", ".json")
 # `helm template` writes one such comment above every document; it names the template it came from.
-_HELM_SOURCE = re.compile(r"^# Source: (.+?)\s*$", re.MULTILINE)
+# Document markers (`---`, `...`) are matched too: a comment names only the document it is in.
+_HELM_SOURCE = re.compile(r"^(?:# Source: (.+?)\s*|(?:---|\.\.\.)(?:[ \t].*)?\r?)$", re.MULTILINE)
 # PyYAML's C loader (libyaml) is several times faster; fall back to the pure-Python one without it.
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -255,8 +256,10 @@ def _objects(source: str, line: int, obj: Any, node: Any, origin: str | None) ->
     yield Document(source, line, obj, origin, node)
 
 
-def _helm_origins(text: str) -> list[tuple[int, str]]:
-    found, line, pos = [], 1, 0
+def _helm_origins(text: str) -> list[tuple[int, str | None]]:
+    """(line, template) for each `# Source:` comment and (line, None) for each document marker."""
+    found: list[tuple[int, str | None]] = []
+    line, pos = 1, 0
     for m in _HELM_SOURCE.finditer(text):
         line += text.count("\n", pos, m.start())  # counted piecewise: one pass over the text
         pos = m.start()
@@ -264,8 +267,10 @@ def _helm_origins(text: str) -> list[tuple[int, str]]:
     return found
 
 
-def _origin(origins: Sequence[tuple[int, str]], line: int) -> str | None:
-    at = bisect.bisect_right(origins, (line, "\uffff"))
+def _origin(origins: Sequence[tuple[int, str | None]], line: int) -> str | None:
+    """The template of the document whose node starts at `line`: the last `# Source:` comment above it,
+    unless a document marker comes between (a later document without a comment of its own)."""
+    at = bisect.bisect_right(origins, line, key=lambda o: o[0])
     return origins[at - 1][1] if at else None
 
 

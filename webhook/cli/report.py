@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.core import templates
+
 # Exit codes of `gpushare check`.
 CLEAN = 0
 VIOLATIONS = 1
@@ -73,7 +75,8 @@ class Problem:
     problem: str
 
     def __str__(self) -> str:
-        return f"{self.source}:{self.line}: {self.problem}" if self.line else f"{self.source}: {self.problem}"
+        source = shown(self.source)
+        return f"{source}:{self.line}: {self.problem}" if self.line else f"{source}: {self.problem}"
 
 
 @dataclass(slots=True)
@@ -112,10 +115,11 @@ def render_text(report: Report, quiet: bool = False) -> str:
     for r in report.results:
         if quiet and r.allowed:
             continue
-        origin = f" (from {r.origin})" if r.origin else ""
+        source = shown(r.source)
+        origin = f" (from {shown(r.origin)})" if r.origin else ""
         verdict = "denied" if not r.allowed else "allowed"
-        out.append(f"{r.source}:{r.line}: {r.title}{origin}: {verdict}")
-        out.extend(f"  {r.source}:{f.line}: error: {f.text}" for f in r.findings)
+        out.append(f"{source}:{r.line}: {r.title}{origin}: {verdict}")
+        out.extend(f"  {source}:{f.line}: error: {f.text}" for f in r.findings)
         out.extend(f"  warning: {w}" for w in r.warnings)
         if not quiet:
             for a in r.additions:
@@ -129,6 +133,12 @@ def render_text(report: Report, quiet: bool = False) -> str:
         out.extend(f"skipped: {s}" for s in report.skipped)
     out.append(summary(report))
     return "\n".join(out) + "\n"
+
+
+def shown(path: str) -> str:
+    """A file name as text output prints it: escaped like object names, so an ESC or a newline in it
+    cannot colour the terminal or forge a line of the report. JSON keeps it as it is (JSON escapes it)."""
+    return templates.printable(path)
 
 
 def summary(report: Report) -> str:

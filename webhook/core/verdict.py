@@ -6,7 +6,7 @@ The webhook and `gpushare check` both call `evaluate`, so the same object gives 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from webhook.core import annotations as ann
@@ -97,6 +97,20 @@ class Verdict:
         if more:
             kept.append(f"... and {more} more (fix these and apply again)")
         return "\n".join(kept)
+
+
+def ratchet(found: Verdict, before: Verdict) -> Verdict:
+    """`found` less the violations `before` (the object as it was) already had: an UPDATE is denied only
+    for what it breaks, so an object created before a rule (or before the webhook) can still get its
+    labels, annotations or finalizers changed. Pod resources cannot change on UPDATE at all."""
+    had = {str(v) for v in before.violations}
+    kept = tuple(v for v in found.violations if str(v) not in had)
+    if len(kept) == len(found.violations):
+        return found
+    dropped = len(found.violations) - len(kept)
+    note = clean_warning(f"{dropped} GPU resource problem(s) the object already had are left as they are")
+    warnings = found.warnings if len(found.warnings) >= MAX_WARNINGS else (*found.warnings, note)
+    return replace(found, violations=kept, warnings=warnings, allowed=not kept)
 
 
 def clean_warning(text: str) -> str:

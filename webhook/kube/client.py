@@ -15,6 +15,7 @@ from pathlib import Path
 import kubernetes.client
 import kubernetes.config
 import urllib3
+import yaml
 from kubernetes.config.config_exception import ConfigException
 
 from webhook.kube import errors
@@ -61,14 +62,14 @@ def configuration(settings: ClientSettings) -> kubernetes.client.Configuration:
         elif settings.in_cluster or (settings.in_cluster is None and os.environ.get(IN_CLUSTER_ENV)):
             kubernetes.config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
         else:
-            _check_kubeconfig_exists(settings.kubeconfig)
+            _check_kubeconfig(settings.kubeconfig)
             kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
                 config_file=settings.kubeconfig or None,
                 context=settings.context or None,
                 client_configuration=config,
                 persist_config=False,
             )
-    except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+    except (ConfigException, OSError, ValueError, TypeError, KeyError, yaml.YAMLError) as exc:
         raise ConfigError(f"cannot configure the Kubernetes client: {exc}") from exc
     if settings.ca_file:
         config.ssl_ca_cert = settings.ca_file
@@ -79,18 +80,46 @@ def configuration(settings: ClientSettings) -> kubernetes.client.Configuration:
     return config
 
 
-def _check_kubeconfig_exists(kubeconfig: str) -> None:
-    """Name the paths looked at; the client library only says "Invalid kube-config file" when none exists."""
+def _check_kubeconfig(kubeconfig: str) -> None:
+    """Name the paths looked at and what is wrong with a file: the client library only says "Invalid
+    kube-config file" when none exists, lets YAML errors escape as tracebacks, and fails on a YAML list or
+    string with a TypeError that names neither the file nor the problem."""
     if kubeconfig:
         paths, source = [kubeconfig], ""
     elif os.environ.get(KUBECONFIG_ENV):
         paths, source = os.environ[KUBECONFIG_ENV].split(os.pathsep), f" (${KUBECONFIG_ENV})"
     else:
         paths, source = [DEFAULT_KUBECONFIG], ""
-    if not any(Path(p).expanduser().is_file() for p in paths if p):
+    found = [p for p in paths if p and Path(p).expanduser().is_file()]
+    if not found:
         raise ConfigError(
             f"cannot configure the Kubernetes client: no kubeconfig at {os.pathsep.join(paths)}{source}"
         )
+    for path in found:
+        _check_kubeconfig_file(path)
+
+
+def _check_kubeconfig_file(path: str) -> None:
+    """Parse `path` as the client library will; raise ConfigError naming it when it is not a YAML mapping."""
+    prefix = f"cannot configure the Kubernetes client: {path}"
+    try:
+        text = Path(path).expanduser().read_bytes().decode("utf-8")
+        loaded = yaml.safe_load(text)
+    except OSError as exc:
+        raise ConfigError(f"{prefix}: cannot read: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{prefix}: not UTF-8 text (byte {exc.start})") from exc
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = ": ".join(p for p in (exc.context, exc.problem) if p) or "cannot parse"
+        raise ConfigError(f"{prefix}: invalid YAML{where}: {problem}") from exc
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{prefix}: invalid YAML: {exc}") from exc
+    # None (an empty file) is left to the library, which says "file is empty".
+    if loaded is not None and not isinstance(loaded, dict):
+        kind = {list: "list", str: "string", bool: "boolean"}.get(type(loaded), "number")
+        raise ConfigError(f"{prefix}: not a kubeconfig: the YAML is a {kind}, not a mapping")
 
 
 def quiet_transport_logs() -> None:
