@@ -199,3 +199,18 @@ def test_alias_bomb_is_read_without_blowing_up() -> None:
     text = "kind: ConfigMap\nmetadata: {name: lol}\ndata:\n" + "\n".join("  " + line for line in lines) + "\n"
     [doc] = list(manifests.read_text("lol.yaml", text))
     assert isinstance(doc, manifests.Document)
+
+
+def test_a_key_written_twice_in_a_mapping_is_an_error_for_that_document_only() -> None:
+    # PyYAML keeps the last value, so the first (here the half GPU) would go unchecked; kubectl refuses
+    # the document. The next document is still read.
+    dup = "kind: Pod\nmetadata: {name: dup}\nspec:\n  containers:\n  - name: c\n    resources:\n"
+    dup += "      limits: {nvidia.com/gpu: 0.5}\n      limits: {nvidia.com/gpu: 1}\n"
+    merged = "base: &b {k: 1}\nkind: ConfigMap\nmetadata: {name: merged}\ndata: {<<: *b, k: 2}\n"
+    items = list(manifests.read_text("dup.yaml", dup + "---\n" + merged))
+    assert isinstance(items[0], manifests.ReadError)
+    assert (items[0].line, items[0].problem) == (
+        8,
+        'invalid YAML: key "limits" appears twice in one mapping (kubectl refuses it)',
+    )
+    assert isinstance(items[1], manifests.Document) and items[1].obj["data"] == {"k": 2}  # `<<` is no repeat

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
-from webhook.core import jsonnumbers
+from webhook.core import jsonnumbers, templates
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"
@@ -193,7 +193,13 @@ def read_text(source: str, text: str) -> Iterator[Item]:
         while loader.check_node():
             node = loader.get_node()
             line = node.start_mark.line + 1
+            repeated = _repeated_key(node)  # before constructing: that merges `<<` keys into the node
             obj = loader.construct_document(node)
+            if repeated is not None:  # PyYAML keeps the last value; kubectl refuses the document
+                key, at = repeated
+                problem = f'invalid YAML: key "{key}" appears twice in one mapping (kubectl refuses it)'
+                yield ReadError(source, at, problem)
+                continue
             yield from _objects(source, line, obj, node, _origin(origins, line))
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
@@ -204,6 +210,29 @@ def read_text(source: str, text: str) -> Iterator[Item]:
         yield ReadError(source, None, "invalid YAML: nested too deeply")
     finally:
         loader.dispose()
+
+
+def _repeated_key(root: Any) -> tuple[str, int] | None:
+    """The first key written twice in one mapping of a YAML document, with its second line; None when
+    there is none. Walked without recursion, each node once (aliases share nodes)."""
+    seen_nodes: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen_nodes:
+            continue
+        seen_nodes.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            keys: set[str] = set()
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                    if key.value in keys:
+                        return templates.printable(key.value, 60), key.start_mark.line + 1
+                    keys.add(key.value)
+                stack.append(value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
 
 
 def _read_json(source: str, text: str) -> list[Item] | ReadError:
