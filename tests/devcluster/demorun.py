@@ -16,7 +16,12 @@ import uuid
 from collections.abc import Mapping
 from pathlib import Path
 
-GPUSHARE = str(Path(sys.executable).with_name("gpushare"))
+# `gpushare`, with Ctrl-C handled as an interactive shell gives it: a background job (CI) starts with
+# SIGINT ignored, and Python then installs no handler, so the Ctrl-C tests would wait in vain.
+CHILD = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from webhook.cli import main; sys.exit(main.main())"
+)
 MARK = "GPUSHARE_DEMO_TEST_MARK"
 
 
@@ -26,7 +31,7 @@ class Demo:
         self.lines: list[str] = []
         self.err = ""
         self.proc = subprocess.Popen(
-            [GPUSHARE, "demo", *args],
+            [sys.executable, "-c", CHILD, "demo", *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
