@@ -96,17 +96,8 @@ def _argv(server: ApiServer | None) -> list[str]:
 
 
 def test_the_cli_takes_the_client_name(apiserver: ApiServer, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = [
-        "--namespace",
-        wc.NS,
-        "--secret",
-        EXTENDER_SECRET,
-        "--service-dns",
-        EXTENDER_DNS,
-        "--client-name",
-        CLIENT,
-    ]
-    assert ensure_certs.main([*argv, "--log-format", "text", "--server", apiserver.url]) == 0
+    argv = [*_extender_argv(CLIENT), "--log-format", "text", "--server", apiserver.url]
+    assert ensure_certs.main(argv) == 0
     assert json.loads(capsys.readouterr().out)["action"] == "created"
     assert certificates.common_name(_extender_secret(apiserver)["client.crt"]) == CLIENT
 
@@ -115,20 +106,16 @@ def test_the_cli_takes_the_client_name(apiserver: ApiServer, capsys: pytest.Capt
 def test_a_client_name_that_cannot_be_a_common_name_exits_2(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [
-        "--namespace",
-        wc.NS,
-        "--secret",
-        EXTENDER_SECRET,
-        "--service-dns",
-        EXTENDER_DNS,
-        "--client-name",
-        name,
-    ]
     with pytest.raises(SystemExit) as exit_:
-        ensure_certs.main(argv)
+        ensure_certs.main(_extender_argv(name))
     assert exit_.value.code == 2
     assert "a common name has 1 to 64 characters" in capsys.readouterr().err
+
+
+def _extender_argv(client_name: str) -> list[str]:
+    """The extender's Secret: serving and client pairs, the client certificate for `client_name`."""
+    argv = ["--namespace", wc.NS, "--secret", EXTENDER_SECRET, "--service-dns", EXTENDER_DNS]
+    return [*argv, "--client-name", client_name]
 
 
 def _extender_secret(server: ApiServer) -> dict[str, bytes]:
