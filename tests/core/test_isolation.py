@@ -334,3 +334,49 @@ def test_a_pod_placed_by_nodename_gets_no_selector_the_kubelet_could_refuse_it_f
     assert decision.warnings == (
         "spec.nodeName=gpu-node-1 places the pod itself: no nodeSelector cgpu.disable.isolation added",
     )
+
+
+def _terms(*terms: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}
+    }
+
+
+def _on_node(name: str) -> dict[str, Any]:
+    return {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+
+
+def test_a_daemonset_pod_pinned_by_node_name_gets_no_selector():
+    # The DaemonSet controller picked the node without our selector: one the node's label does not
+    # match would leave the pod Pending there for good.
+    decision = decide(ctr(), spec_extra={"affinity": _terms(_on_node("gpu-node-1"))})
+    assert decision.violation is None and decision.value is None
+    assert decision.warnings == (
+        "node affinity pins the pod to node gpu-node-1: no nodeSelector cgpu.disable.isolation added",
+    )
+    # The template's own terms get the matchFields merged in each; still pinned.
+    zone = {"key": "zone", "operator": "In", "values": ["a"]}
+    both = _terms({**_on_node("n1"), "matchExpressions": [zone]}, {**_on_node("n1"), "matchExpressions": []})
+    assert decide(ctr(), spec_extra={"affinity": both}).value is None
+
+
+def test_a_term_without_a_node_name_leaves_the_pod_to_the_scheduler():
+    for terms in (
+        _terms(_on_node("n1"), {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}),
+        _terms({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}),
+        _terms({"matchFields": [{"key": "metadata.name", "operator": "In", "values": []}]}),
+    ):
+        assert decide(ctr(), spec_extra={"affinity": terms}).value == "false"
+
+
+def test_affinity_terms_are_ored_so_one_that_leaves_the_key_alone_allows_every_value():
+    # Term 2 allows any node, so CGPU_DISABLE=true contradicts nothing: no warning.
+    only_false = {"matchExpressions": [{"key": KEY, "operator": "In", "values": ["false"]}]}
+    zone = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    decision = decide(ctr(env=cgpu("true")), spec_extra={"affinity": _terms(only_false, zone)})
+    assert decision.value is None and decision.warnings == ()
+    # Every term restricting the key to false still contradicts it.
+    decision = decide(ctr(env=cgpu("true")), spec_extra={"affinity": _terms(only_false, only_false)})
+    assert decision.warnings == (
+        "required node affinity on cgpu.disable.isolation is kept although CGPU_DISABLE=true",
+    )

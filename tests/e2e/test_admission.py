@@ -115,6 +115,21 @@ def test_isolation_follows_the_containers_env(bed: Bed, ns: str) -> None:
     assert stored["spec"]["nodeSelector"] == {"cgpu.disable.isolation": "true"}
 
 
+def test_a_pod_pinned_to_its_node_as_a_daemonset_places_it_gets_no_isolation_selector(
+    bed: Bed, ns: str
+) -> None:
+    # The DaemonSet controller chose the node without our selector; one the node's label does not
+    # match would keep its pod Pending there. (No node has this name: nothing here gets placed.)
+    body = objects.gpu_pod("pinned", 2)
+    on_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["no-such-node"]}]}
+    required = {"nodeSelectorTerms": [on_node]}
+    body["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    _create(bed, ns, body)
+    stored = bed.request("GET", rest.path("pods", "pinned", ns))
+    assert "cgpu.disable.isolation" not in (stored["spec"].get("nodeSelector") or {})
+    assert stored["spec"]["affinity"]["nodeAffinity"] == body["spec"]["affinity"]["nodeAffinity"]
+
+
 def test_server_side_dry_run_changes_nothing(bed: Bed, ns: str) -> None:
     answer = _create(bed, ns, objects.gpu_pod("dry", 2), dryRun="All")
     assert answer["spec"]["nodeSelector"] == {"cgpu.disable.isolation": "false"}  # mutated in the answer

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core import podspec, quantity, resources, rules, templates
 
@@ -135,50 +135,84 @@ def _env_setting(container: podspec.Container, env_name: str, warnings: list[str
     return setting
 
 
-def _allowed_by_affinity(spec: Mapping[str, Any], key: str, path: str) -> set[str] | None:
-    """Label values the required node affinity allows for `key`; None when no term constrains it."""
+class _Affinity(NamedTuple):
+    allowed: set[str] | None  # label values the required terms allow for the key; None: no term names it
+    pinned: str | None  # a node every term pins the pod to by name (a DaemonSet's pods), else None
+
+
+def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinity:
+    """What the required node affinity says about `key`, and whether it places the pod by node name."""
     affinity = _get(spec, "affinity", templates.OBJECT, path, "an object")
     if affinity is None:
-        return None
+        return _Affinity(None, None)
     path = templates.join(path, "affinity")  # plain keys: join spells them as key_path does
     node = _get(affinity, "nodeAffinity", templates.OBJECT, path, "an object")
     if node is None:
-        return None
+        return _Affinity(None, None)
     path = templates.join(path, "nodeAffinity")
     required_key = "requiredDuringSchedulingIgnoredDuringExecution"
     required = _get(node, required_key, templates.OBJECT, path, "an object")
     if required is None:
-        return None
+        return _Affinity(None, None)
     path = templates.join(path, required_key)
     terms = _get(required, "nodeSelectorTerms", list, path, "a list")
-    allowed: set[str] | None = None
+    allowed: set[str] = set()
+    named = False
+    nodes: list[str | None] = []
     for t, term in enumerate(terms or ()):
         term_path = f"{path}.nodeSelectorTerms[{t}]"
         if not isinstance(term, templates.OBJECT):
             raise _WrongType(rules.wrong_type(term_path, None, term, "an object"))
-        exprs = _get(term, "matchExpressions", list, term_path, "a list")
-        values = {*_BOOLS, _OTHER}
-        constrained = False
-        for e, expr in enumerate(exprs or ()):
-            if not isinstance(expr, templates.OBJECT):
-                raise _WrongType(
-                    rules.wrong_type(f"{term_path}.matchExpressions[{e}]", None, expr, "an object")
-                )
-            if expr.get("key") != key:
-                continue
-            constrained = True
-            listed = expr.get("values")
-            named = {v for v in listed if isinstance(v, str)} if isinstance(listed, list) else set()
-            operator = expr.get("operator")
-            if operator == "In":
-                values &= named
-            elif operator == "NotIn":
-                values -= named
-            elif operator != "Exists":
-                values = set()  # DoesNotExist, Gt, Lt: no true/false node
-        if constrained:
-            allowed = (allowed or set()) | values
-    return allowed
+        values, constrained = _term_values(term, key, term_path)
+        named = named or constrained
+        # Terms are ORed: one that leaves the key alone allows every value.
+        allowed |= values
+        nodes.append(_pinned_node(term))
+    pinned = nodes[0] if nodes and None not in nodes else None
+    return _Affinity(allowed if named else None, pinned)
+
+
+def _term_values(term: Mapping[str, Any], key: str, term_path: str) -> tuple[set[str], bool]:
+    """The values of `key` one nodeSelectorTerm allows (its expressions are ANDed), and whether any
+    expression names the key."""
+    exprs = _get(term, "matchExpressions", list, term_path, "a list")
+    values = {*_BOOLS, _OTHER}
+    constrained = False
+    for e, expr in enumerate(exprs or ()):
+        if not isinstance(expr, templates.OBJECT):
+            raise _WrongType(rules.wrong_type(f"{term_path}.matchExpressions[{e}]", None, expr, "an object"))
+        if expr.get("key") != key:
+            continue
+        constrained = True
+        listed = expr.get("values")
+        named = {v for v in listed if isinstance(v, str)} if isinstance(listed, list) else set()
+        operator = expr.get("operator")
+        if operator == "In":
+            values &= named
+        elif operator == "NotIn":
+            values -= named
+        elif operator != "Exists":
+            values = set()  # DoesNotExist, Gt, Lt: no true/false node
+    return values, constrained
+
+
+def _pinned_node(term: Mapping[str, Any]) -> str | None:
+    """The first node a term's `matchFields: metadata.name In [...]` names: how the DaemonSet controller
+    places its pods (k8s.io/kubernetes pkg/controller/daemon/util ReplaceDaemonSetPodNodeNameNodeAffinity)."""
+    fields = term.get("matchFields")
+    for expr in fields if isinstance(fields, list) else ():
+        if not isinstance(expr, templates.OBJECT):
+            continue
+        values = expr.get("values")
+        if (
+            expr.get("key") == "metadata.name"
+            and expr.get("operator") == "In"
+            and isinstance(values, list)
+            and values
+            and isinstance(values[0], str)
+        ):
+            return values[0]
+    return None
 
 
 def _annotation(template: templates.PodTemplate, key: str) -> str | None:
@@ -225,7 +259,7 @@ def _decide(
     warnings: list[str] = []
     spec_path = template.field("spec")
     selector = _get(template.spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
-    affinity = _allowed_by_affinity(template.spec, key, spec_path)
+    affinity = _required_affinity(template.spec, key, spec_path)
     annotation = _annotation(template, policy.annotation_key)
     settings = [_env_setting(c, policy.env_name, warnings) for c in indexed]
     every_true = settings.count("true") == len(settings)
@@ -242,8 +276,8 @@ def _decide(
             why = _source(policy, annotation, env_signal)
             warnings.append(f"nodeSelector {key}={shown} is kept although {why}")
         return IsolationDecision(None, tuple(warnings))
-    if affinity is not None:
-        if signal is not None and signal not in affinity:
+    if affinity.allowed is not None:
+        if signal is not None and signal not in affinity.allowed:
             why = _source(policy, annotation, env_signal)
             warnings.append(f"required node affinity on {key} is kept although {why}")
         return IsolationDecision(None, tuple(warnings))
@@ -253,6 +287,12 @@ def _decide(
         # refuse the pod (NodeAffinity), so none is added; the node's pool is the user's choice.
         shown = templates.printable(node_name, 60)
         warnings.append(f"spec.nodeName={shown} places the pod itself: no nodeSelector {key} added")
+        return IsolationDecision(None, tuple(warnings))
+    if affinity.pinned is not None:
+        # A DaemonSet's pod: its controller chose the node without our selector, so one the node's label
+        # does not match would leave the pod Pending there for good.
+        shown = templates.printable(affinity.pinned, 60)
+        warnings.append(f"node affinity pins the pod to node {shown}: no nodeSelector {key} added")
         return IsolationDecision(None, tuple(warnings))
     if annotation is not None:
         if env_signal is not None and env_signal != annotation:
