@@ -7,9 +7,10 @@ looking at the request. Both run under `webhook.serving.server` with the same op
 httptools, TLS, the same certificates), so the ratio is what the webhook adds to the HTTP/TLS floor. The
 goal is >= 0.9x the no-op's req/s and p99 <= 1.2x its p99.
 
-Also runs a third server, `bare`: a bare ASGI app that reads the body and answers fixed bytes (what the
-webhook's review endpoints do around the review), to show the floor under the no-op; the goal stays
-against the no-op.
+Also runs, for context (the goal stays against the no-op): `bare`, a bare ASGI app that reads the body
+and answers fixed bytes (what the webhook's review endpoints do around the review), the floor under the
+no-op; and two ceilings, `parse` (the body decoded, the envelope checked, the uid echoed: what any
+webhook must do before its first rule) and `parse+log` (that, plus the metric and log line per review).
 
 Starts the server processes, then, per cell, a separate load-generator process (raw asyncio + ssl,
 keep-alive, one request in flight per connection) that posts a realistic ~4.5 KB GPU Pod AdmissionReview
@@ -36,6 +37,7 @@ from typing import Any
 
 # The script's directory is on sys.path when it runs, as it is for the servers it starts.
 from admission_review import realistic_review
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -48,7 +50,8 @@ from webhook.admission import app as admission_app
 from webhook.admission import codec, review
 from webhook.admission import settings as admission_settings
 from webhook.core import verdict
-from webhook.serving import logs, probes, server, tls
+from webhook.serving import body as body_limit
+from webhook.serving import logs, metrics, probes, server, tls
 
 _FIXED = json.dumps(
     {
@@ -89,12 +92,44 @@ class BareApp:
         await send({"type": "http.response.body", "body": self.fixed})
 
 
+class ParseApp(BareApp):
+    """A ceiling: what any webhook must do before its first rule. The body decoded with the webhook's
+    codec, the envelope checked (`review.parse`) and the uid echoed in an allowed answer; no rules. With
+    `log_line`, also the metric and the log line per review that issue 12 asks for. Printed to show how
+    far below the no-op even these reach; the goal stays against the no-op."""
+
+    def __init__(self, log_line: bool = False) -> None:
+        super().__init__()
+        self.stats = metrics.RequestMetrics(CollectorRegistry(), "ceiling") if log_line else None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        start = time.perf_counter()
+        data = codec.decode(await body_limit.receive_body(scope["headers"], receive, 1 << 20))
+        req = review.parse(data)
+        result = review.Result(review.envelope({"uid": req.uid, "allowed": True}), req, "allowed")
+        content = codec.encode(result.review)
+        if self.stats is not None:
+            elapsed = time.perf_counter() - start
+            self.stats.observe("validate", result.outcome, elapsed)
+            admission_app.log_review("validate", result.outcome, elapsed, result, 200)
+        headers = [(b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+
+
 def webhook_app(readiness: probes.Readiness | None = None) -> Starlette:
     cfg = admission_settings.build(overrides={"host": "127.0.0.1", "port": 0})
     return admission_app.create_app(cfg, readiness)
 
 
-APPS: dict[str, Any] = {"noop": noop_app, "bare": BareApp, "webhook": webhook_app}
+APPS: dict[str, Any] = {
+    "noop": noop_app,
+    "bare": BareApp,
+    "parse": ParseApp,
+    "parse+log": lambda: ParseApp(log_line=True),
+    "webhook": webhook_app,
+}
+CEILINGS = ("parse", "parse+log")
 KINDS = tuple(APPS)
 PATHS = ("/validate", "/mutate")
 
@@ -281,16 +316,14 @@ def main() -> int:
     direct = _subprocess_json(["--in-process", "2000"], timeout=120)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus (other work on the machine)")
     print("in-process cost of one request, us (ASGI app called directly; best of 5 x 2000)")
-    print(f"{'endpoint':<10} {'noop':>8} {'bare':>8} {'webhook':>8} {'decode':>8} {'review':>8} {'rest':>8}")
+    columns = ("noop", "bare", *CEILINGS, "webhook", "decode", "review", "rest")
+    print(f"{'endpoint':<10}" + "".join(f" {c:>9}" for c in columns))
     for path in PATHS:
         cost = direct["webhook"][path]
         parts = direct["parts"][path]
-        rest = cost - parts["decode"] - parts["review"]
-        print(
-            f"{path:<10} {direct['noop'][path]:>8.1f} {direct['bare'][path]:>8.1f} {cost:>8.1f} "
-            f"{parts['decode']:>8.1f} "
-            f"{parts['review']:>8.1f} {rest:>8.1f}"
-        )
+        row = [*(direct[kind][path] for kind in columns[:5]), parts["decode"], parts["review"]]
+        row.append(cost - parts["decode"] - parts["review"])
+        print(f"{path:<10}" + "".join(f" {value:>9.1f}" for value in row))
 
     with tempfile.TemporaryDirectory() as tmp:
         cert_dir = tls.write_cert_dir(Path(tmp), datetime.now(UTC)).path
@@ -320,7 +353,7 @@ def main() -> int:
         f"review, {args.rounds} x {args.seconds:.0f} s per cell, median shown; "
         f"load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'endpoint':<10} {'server':<8} {'req/s':>8} {'CPU us/req':>11} {'p50 ms':>7} {'p99 ms':>7}")
+    print(f"{'endpoint':<10} {'server':<10} {'req/s':>8} {'CPU us/req':>11} {'p50 ms':>7} {'p99 ms':>7}")
     ok = True
     for path in PATHS:
         cells = {}
@@ -329,9 +362,12 @@ def main() -> int:
             c = {k: statistics.median(r[k] for r in runs) for k in ("rps", "p50_ms", "p99_ms", "cpu_us")}
             cells[kind] = c
             print(
-                f"{path:<10} {kind:<8} {c['rps']:>8.0f} {c['cpu_us']:>11.0f} {c['p50_ms']:>7.2f} "
+                f"{path:<10} {kind:<10} {c['rps']:>8.0f} {c['cpu_us']:>11.0f} {c['p50_ms']:>7.2f} "
                 f"{c['p99_ms']:>7.2f}"
             )
+        for kind in CEILINGS:
+            rps, p99 = _ratios(cells[kind], cells["noop"])
+            print(f"{path:<10} {kind}/noop: req/s {rps:.2f}x, p99 {p99:.2f}x (a ceiling: no rules)")
         rps, p99 = _ratios(cells["webhook"], cells["noop"])
         met = rps >= 0.9 and p99 <= 1.2
         ok = ok and met

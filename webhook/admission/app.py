@@ -56,7 +56,7 @@ class ReviewEndpoint:
         status, content, outcome, result = await self._answer(scope["headers"], receive)
         elapsed = time.perf_counter() - start
         self.stats.observe(self.name, outcome, elapsed)
-        _log(self.name, outcome, elapsed, result, status)
+        log_review(self.name, outcome, elapsed, result, status)
         # The headers (and their order) Starlette's Response(media_type="application/json") sends.
         headers = [(b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")]
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -140,7 +140,7 @@ def create_app(
     return app
 
 
-def _log(name: str, outcome: str, elapsed: float, result: review.Result | None, status: int) -> None:
+def log_review(name: str, outcome: str, elapsed: float, result: review.Result | None, status: int) -> None:
     fields: dict[str, Any] = {"endpoint": name, "verdict": outcome, "status": status}
     if result is not None:
         req = result.request

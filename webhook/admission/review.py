@@ -138,7 +138,7 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
     """Answer one AdmissionReview for /mutate or /validate (the response envelope, uid echoed)."""
     req = parse(body)
     if not _examined(req, endpoint, policy):
-        return Result(_envelope({"uid": req.uid, "allowed": True}), req, "skipped")
+        return Result(envelope({"uid": req.uid, "allowed": True}), req, "skipped")
     assert req.obj is not None  # _examined is false without an object
     found = verdict.evaluate(req.obj, policy.rules)
     if req.old is not None and not found.allowed:
@@ -154,15 +154,15 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
             "reason": "Forbidden",
             "message": found.message(),
         }
-        return Result(_envelope(response), req, "denied", len(found.violations))
+        return Result(envelope(response), req, "denied", len(found.violations))
     if endpoint == "mutate":
         ops = verdict.mutation_patch(req.obj, found, policy.rules)
         if ops:
             raw = codec.encode(ops)
             response["patch"] = base64.b64encode(raw).decode("ascii")
             response["patchType"] = "JSONPatch"
-            return Result(_envelope(response), req, "patched")
-    return Result(_envelope(response), req, "allowed")
+            return Result(envelope(response), req, "patched")
+    return Result(envelope(response), req, "allowed")
 
 
 def _examined(req: Request, endpoint: Endpoint, policy: Policy) -> bool:
@@ -186,7 +186,7 @@ def error_body(message: str) -> dict[str, Any]:
     return {"error": message}
 
 
-def _envelope(response: Response) -> Review:
+def envelope(response: Response) -> Review:
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
 
 
