@@ -4,6 +4,7 @@ code (1: the cluster could not be read; 2: the kubeconfig must be fixed first)."
 from __future__ import annotations
 
 import contextlib
+import http.server
 import logging
 import socket
 import threading
@@ -69,6 +70,36 @@ def test_an_unknown_node_exits_1_naming_it(apiserver: ApiServer, capsys: pytest.
     code, out, err = run(capsys, "--server", apiserver.url, "ghost")
     assert (code, out) == (exitcodes.FAILURE, "")
     assert one_line(err) == 'gpushare inspect: node "ghost" not found'
+
+
+def test_a_404_that_is_not_the_api_servers_says_the_address_may_be_wrong(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # What a wrong path in --server (or a proxy in front of nothing) answers: no NotFound Status.
+    class NotHere(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "18")
+            self.end_headers()
+            self.wfile.write(b"404 page not found")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotHere)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/not-the-api"
+        code, out, err = run(capsys, "--server", url, "gpu-node-1")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (code, out) == (exitcodes.FAILURE, "")
+    assert one_line(err) == (
+        f'gpushare inspect: {url} answered 404 for node "gpu-node-1" without the API server\'s NotFound '
+        "status: is that the API server's address?"
+    )
 
 
 def free_port() -> int:

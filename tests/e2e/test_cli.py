@@ -108,3 +108,24 @@ def test_inspect_shows_what_the_stored_pods_hold(bed: Bed) -> None:
         check=True,
     ).stdout
     assert "inspect-node-0" in text and f"{allocated}/64" in text.replace(" ", "")
+
+
+def test_inspect_tells_a_missing_node_from_a_wrong_api_address(bed: Bed, tmp_path: Path) -> None:
+    def inspect(kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+        argv = [GPUSHARE, "inspect", "--kubeconfig", str(kubeconfig), "no-such-node"]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+    missing = inspect(bed.cp.admin_kubeconfig)
+    assert (missing.returncode, missing.stderr) == (1, 'gpushare inspect: node "no-such-node" not found\n')
+    # The same API server under a path it does not serve: its own plain-text 404, no NotFound Status.
+    config = yaml.safe_load(bed.cp.admin_kubeconfig.read_text())
+    server = config["clusters"][0]["cluster"]["server"]
+    config["clusters"][0]["cluster"]["server"] = server + "/not-the-api"
+    wrong = tmp_path / "kubeconfig"
+    wrong.write_text(yaml.safe_dump(config))
+    answer = inspect(wrong)
+    assert answer.returncode == 1
+    assert answer.stderr == (
+        f'gpushare inspect: {server}/not-the-api answered 404 for node "no-such-node" without the API '
+        "server's NotFound status: is that the API server's address?\n"
+    )

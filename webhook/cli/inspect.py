@@ -266,8 +266,15 @@ def _mode(node: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
 def _get_node(api: Any, name: str, timeout: float) -> dict[str, Any]:
     try:
         node: dict[str, Any] = rest.request(api, "GET", rest.path("nodes", name), timeout=timeout)
-    except kube_errors.NotFoundError:
-        raise InspectError(f'node "{name}" not found') from None
+    except kube_errors.NotFoundError as err:
+        # The API server says which object is missing; a 404 without that came from something else at
+        # that address (a wrong path in --server or the kubeconfig, a proxy), not from a missing node.
+        if err.details.get("kind") == "nodes":
+            raise InspectError(f'node "{name}" not found') from None
+        raise InspectError(
+            f'{api.configuration.host} answered 404 for node "{name}" without the API '
+            "server's NotFound status: is that the API server's address?"
+        ) from None
     return node
 
 
