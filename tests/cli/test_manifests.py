@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,6 +124,40 @@ def test_directory_is_walked_recursively_in_sorted_order_for_manifest_extensions
         (tmp_path / rel).write_text('{"kind": "Pod", "metadata": {"name": "x"}}')
     found = [os.path.relpath(str(p), tmp_path) for p in manifests.expand([str(tmp_path)])]
     assert found == ["a.yaml", "b/a.json", "b/deep/z.yml"]
+
+
+def test_linked_directories_are_walked_once_and_a_link_loop_ends(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "pod.yaml").write_text("kind: Pod\n")
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "base").symlink_to(shared)  # e.g. a kustomize base linked in
+    (tree / "again").symlink_to(shared)
+    (tree / "loop").symlink_to(tree)
+    found = [os.path.relpath(str(p), tmp_path) for p in manifests.expand([str(tree)])]
+    assert found == ["tree/again/pod.yaml"]  # "again" sorts first; "base" is the same directory
+
+
+def test_a_directory_that_cannot_be_listed_is_an_error_not_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a.yaml").write_text("kind: Pod\n")
+    (tmp_path / "locked").mkdir()
+    (tmp_path / "locked" / "b.yaml").write_text("kind: Pod\n")
+    real_scandir = os.scandir
+
+    def refuse_locked(path: Any = ".") -> Any:  # root lists any directory, so a mode of 0 would not stop it
+        if str(path) == str(tmp_path / "locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refuse_locked)
+    items = list(manifests.expand([str(tmp_path)]))
+    assert [str(i) for i in items] == [
+        str(tmp_path / "a.yaml"),
+        f"{tmp_path / 'locked'}: cannot list: Permission denied",
+    ]
 
 
 def test_named_file_is_read_whatever_its_extension(tmp_path: Path) -> None:

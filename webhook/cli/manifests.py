@@ -125,25 +125,49 @@ def expand(paths: Sequence[str]) -> Iterator[str | ReadError]:
     """Files to read, in order: named files as given, directories walked recursively (sorted).
 
     A directory yields only files ending in .yaml, .yml or .json and skips hidden entries (.git);
-    a named file is read whatever its extension, and "-" stands for stdin.
+    a named file is read whatever its extension, and "-" stands for stdin. Symbolic links to directories
+    are followed, each directory walked once (no loops); one that cannot be listed is a ReadError, never
+    skipped in silence: a gate that checks less than it was given would pass what it never saw.
     """
     for path in paths:
         if path == STDIN:
             yield STDIN
         elif os.path.isdir(path):
             found = False
-            for root, dirs, files in os.walk(path, onerror=None):
-                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                for name in sorted(files):
-                    if name.endswith(EXTENSIONS) and not name.startswith("."):
-                        found = True
-                        yield os.path.join(root, name)
+            for item in _walk(path):
+                found = True
+                yield item
             if not found:
                 yield ReadError(path, None, "directory holds no .yaml, .yml or .json files")
         elif os.path.exists(path):
             yield path
         else:
             yield ReadError(path, None, "no such file or directory")
+
+
+def _walk(path: str) -> Iterator[str | ReadError]:
+    unreadable: list[OSError] = []
+    seen: set[tuple[int, int]] = set()
+    for root, dirs, files in os.walk(path, onerror=unreadable.append, followlinks=True):
+        for err in unreadable:
+            yield ReadError(err.filename or root, None, f"cannot list: {err.strerror or err}")
+        unreadable.clear()
+        try:
+            info = os.stat(root)
+        except OSError as err:
+            yield ReadError(root, None, f"cannot list: {err.strerror or err}")
+            dirs[:] = []
+            continue
+        if (info.st_dev, info.st_ino) in seen:  # a second link to a directory already walked
+            dirs[:] = []
+            continue
+        seen.add((info.st_dev, info.st_ino))
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.endswith(EXTENSIONS) and not name.startswith("."):
+                yield os.path.join(root, name)
+    for err in unreadable:  # the last directory listed may fail after the walk's final step
+        yield ReadError(err.filename or path, None, f"cannot list: {err.strerror or err}")
 
 
 def read_paths(paths: Sequence[str], stdin: BinaryIO | None = None) -> Iterator[Item]:
