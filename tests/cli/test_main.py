@@ -25,15 +25,17 @@ def test_asking_for_help_prints_usage_and_exits_0(flag: str, capsys: pytest.Capt
     assert "usage: gpushare <command>" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("command", list(main.COMMANDS), ids=list(main.COMMANDS))
 def test_ctrl_c_in_any_command_exits_130_with_one_line(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     def interrupted(argv: list[str]) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(importlib.import_module("webhook.cli.check"), "main", interrupted)
-    assert main.main(["check", "-"]) == exitcodes.INTERRUPTED == 130
-    assert capsys.readouterr().err == "gpushare check: interrupted\n"
+    module = importlib.import_module(f"webhook.cli.{main.COMMANDS[command][0]}")
+    monkeypatch.setattr(module, "main", interrupted)
+    assert main.main([command, "-"]) == exitcodes.INTERRUPTED == 130
+    assert capsys.readouterr().err == f"gpushare {command}: interrupted\n"
 
 
 def test_a_closed_pipe_exits_141_quietly(

@@ -131,13 +131,26 @@ def test_policy_comes_from_the_pod_annotation(value, expected):
     assert allocator.policy_of(annotations) is expected
 
 
-def test_quick_fit_agrees_with_fit_where_it_answers():
+@pytest.mark.parametrize(
+    ("d", "answer"),
+    [
+        (demand(4), True),  # the largest free GPU holds it
+        (demand(10), False),  # one container larger than any free GPU
+        (demand(2, 2), True),  # both containers fit the largest GPU together
+        (demand(5, 5), None),  # might split over GPUs: only fit can tell
+        (demand(6, count=2), None),
+        (demand(2, count=2), None),
+        (demand(8, count=3), False),  # more GPUs than the node has
+        (demand(0), True),  # asks nothing
+    ],
+    ids=["fits", "too-big", "together", "maybe-split", "two-gpus-tight", "two-gpus", "three-gpus", "nothing"],
+)
+def test_quick_fit_answers_the_clear_cases_and_agrees_with_fit(d, answer):
     node = gpus((3, 16), (9, 16))
-    free_desc = (9, 3)
-    for d in (demand(4), demand(10), demand(2, 2), demand(5, 5), demand(6, count=2), demand(2, count=2)):
-        quick = allocator.quick_fit(d, free_desc)
-        if quick is not None:
-            assert quick == isinstance(allocator.fit(d, node), Fit), d
+    quick = allocator.quick_fit(d, (9, 3))
+    assert quick is answer
+    if quick is not None:
+        assert quick == isinstance(allocator.fit(d, node), Fit), d
 
 
 node_strategy = st.lists(

@@ -44,12 +44,23 @@ def test_unknown_model_and_capability_remove_those_keys_only():
 
 
 @pytest.mark.parametrize(
-    "model",
-    ["NVIDIA GeForce RTX 3090 (rev a1)", "  -weird/name!  ", "x" * 100, "Ünïcode GPU", "___"],
+    ("model", "name", "accelerator"),
+    [
+        (
+            "NVIDIA GeForce RTX 3090 (rev a1)",
+            "NVIDIA-GeForce-RTX-3090-rev-a1",
+            "nvidia-nvidia-geforce-rtx-3090-rev-a1",
+        ),
+        ("  -weird/name!  ", "weird-name", "nvidia-weird-name"),
+        ("x" * 100, "x" * 63, "nvidia-" + "x" * 56),
+        ("Ünïcode GPU", "n-code-GPU", "nvidia-n-code-gpu"),
+        ("___", None, None),  # nothing usable left: the keys are removed
+    ],
     ids=["spaces-parens", "edges", "long", "non-ascii", "only-separators"],
 )
-def test_every_model_becomes_a_valid_label_value(model):
+def test_every_model_becomes_a_valid_label_value(model, name, accelerator):
     labels = gpulabels.node_labels([Gpu(0, "GPU-a", 8192, model, "8.6")])
+    assert (labels[gpulabels.NVIDIA_NAME], labels[gpulabels.ACCELERATOR]) == (name, accelerator)
     for key in (gpulabels.NVIDIA_NAME, gpulabels.ACCELERATOR):
         value = labels[key]
         assert value is None or (len(value) <= 63 and LABEL_VALUE.match(value)), (key, value)

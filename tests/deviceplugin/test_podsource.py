@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from tests.deviceplugin.placed import placed_pod
 from webhook.core import matching, podviews
 from webhook.deviceplugin import podsource
@@ -33,14 +35,20 @@ def test_deleted_and_non_gpu_pods_leave_the_store():
     assert store.snapshot()[1] == []
 
 
-def test_marker_gives_up_on_a_pod_that_is_gone(apiserver):
+def test_marker_gives_up_on_a_pod_that_is_gone(apiserver, caplog):
+    caplog.set_level(logging.INFO, "webhook.deviceplugin.podsource")
     marker = podsource.AssignMarker(apiserver.api, backoff_s=0.01)
     try:
         view = podviews.pod_view(placed_pod("ghost", [1], {0: {0: 1}}), 0)
         assert view is not None
+        apiserver.reset_counts()
         marker.mark(view)
         assert marker.join(5)
         assert marker.failed == []
+        # It asked once, learnt the pod is gone, and neither retried nor patched anything.
+        assert apiserver.requests[("get", "pods")] == 1
+        assert apiserver.requests.get(("patch", "pods"), 0) == 0
+        assert "pod default/ghost is gone; not marking it assigned" in caplog.text
     finally:
         marker.stop()
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from tests.extender import invariant
 from webhook.core import annotations as ann
+from webhook.core import resources
 
 Obj = dict[str, Any]
 
@@ -36,4 +38,18 @@ def check_invariant(pods: list[Obj], capacity: dict[str, int]) -> dict[tuple[str
     used = per_gpu(pods)
     over = {key: gib for key, gib in used.items() if gib > capacity[key[0]]}
     assert not over, f"over-committed GPUs (node, index) -> GiB: {over}"
+    # Again with the annotations read by plain `json`, not the code under test, and each gpu-mem pod
+    # holding exactly what it asks for (a whole-card pod holds its cards' memory and asks for none).
+    read_by_json, wrong = invariant.stored_use(pods)
+    assert read_by_json == used, (read_by_json, used)
+    cards = [p["metadata"]["uid"] for p in pods if _asks_cards(p)]
+    wrong = [problem for problem in wrong if not any(f"(UID {uid})" in problem for uid in cards)]
+    assert not wrong, wrong
     return used
+
+
+def _asks_cards(pod: Obj) -> bool:
+    return any(
+        resources.NVIDIA_GPU in ((c.get("resources") or {}).get("limits") or {})
+        for c in pod["spec"].get("containers") or []
+    )

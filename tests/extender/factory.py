@@ -69,6 +69,7 @@ class FakeApi:
         self.pods: dict[str, dict[str, Any]] = {}
         self.failures: list[tuple[int, str]] = []
         self.get_failures: list[tuple[int, str]] = []  # popped one per get_pod call
+        self.gets: list[str] = []  # the key of each get_pod call, in order
         self.bound: list[tuple[str, str, dict[str, str]]] = []
         self.lock = threading.Lock()
         self.apply_failed_bind = False  # a bind that fails but did happen (lost reply)
@@ -102,6 +103,7 @@ class FakeApi:
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         with self.lock:
+            self.gets.append(f"{namespace}/{name}")
             if self.get_failures:
                 raise api_error(*self.get_failures.pop(0))
             return self.pods.get(f"{namespace}/{name}")

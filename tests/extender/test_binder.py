@@ -119,7 +119,10 @@ def test_pod_not_yet_in_the_cache_is_fetched_once():
     _, api, binder = setup(node("n1", 8))
     api.add(pod("late", 4))
     assert binder.bind(args("late")) == ""
+    assert api.gets == ["default/late"]
+    assert [key for key, _, _ in api.bound] == ["default/late"]
     assert binder.bind(args("missing")) == "pod default/missing not found"
+    assert api.gets == ["default/late", "default/missing"]
 
 
 def test_pod_that_asks_for_no_gpu_memory_is_refused():
