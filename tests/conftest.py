@@ -1,10 +1,13 @@
 """Shared fixtures: `apiserver`, the local Kubernetes API stand-in
-(webhook/devcluster/standin/apiserver.py), and logging isolation between tests."""
+(webhook/devcluster/standin/apiserver.py), and logging isolation between tests. Under CI (CI=true) a
+skipped test counts as failed: there every test must run (helm, the kube binaries and the venv are
+installed by scripts/test), so a missing tool cannot pass for a green suite."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Generator, Iterator
 
 import pytest
 
@@ -35,3 +38,14 @@ def _isolated_logging() -> Iterator[None]:
                 root.removeHandler(handler)
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.skipped and os.environ.get("CI"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI, where every test must run: {report.longrepr}"
+    return report

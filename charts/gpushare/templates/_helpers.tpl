@@ -274,3 +274,24 @@ helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- define "gpushare.tests.namespace" -}}
 {{- default (printf "%s-test" (include "gpushare.fullname" .)) .Values.tests.namespace }}
 {{- end }}
+
+{{/* A PodDisruptionBudget only where it leaves a pod to evict: with one replica (or minAvailable at the
+replica count) `kubectl drain` would wait forever. (dict "part" NAME "values" .Values.<part> "on" BOOL) */}}
+{{- define "gpushare.pdb.wanted" -}}
+{{- if and .on .values.podDisruptionBudget.enabled (gt (int .values.replicas) 1) }}true{{ end }}
+{{- end }}
+
+{{- define "gpushare.checkPdb" -}}
+{{- if include "gpushare.pdb.wanted" . }}
+{{- $min := .values.podDisruptionBudget.minAvailable }}
+{{- $blocks := false }}
+{{- if kindIs "string" $min }}
+{{- $blocks = ge (int (trimSuffix "%" $min)) 100 }}
+{{- else }}
+{{- $blocks = ge (int $min) (int .values.replicas) }}
+{{- end }}
+{{- if $blocks }}
+{{- fail (printf "%s.podDisruptionBudget.minAvailable=%v with %s.replicas=%v would never let a pod be evicted (kubectl drain waits forever): keep it below the replica count" .part $min .part .values.replicas) }}
+{{- end }}
+{{- end }}
+{{- end }}
