@@ -88,6 +88,8 @@ def test_the_extender_serves_https_and_checks_clients_with_files_of_its_mounted_
         secret, key = files[str(path)]
         assert key in made[secret], f"{path}: {secret} has no {key} in mode {mode}"
     assert settings.advertise_url.startswith("https://")
+    # Only kube-scheduler's certificate (its name), not any other the CA signs.
+    assert settings.client_names == ("gpushare-scheduler",)
     assert settings.forward_server_name == f"{render.RELEASE}-gpushare-extender.{render.NAMESPACE}.svc"
     assert all(p.get("scheme") == "HTTPS" for p in (container["readinessProbe"]["httpGet"],))
 
@@ -106,12 +108,14 @@ def test_kube_scheduler_reads_its_client_certificate_from_its_mounted_secret(mod
     for field in ("caFile", "certFile", "keyFile"):
         secret, key = files[tls[field]]
         assert key in made[secret]
-    # The scheduler gets neither the extender's serving key nor the CA key.
-    assert {key for _, key in files.values()} == {
-        "ca.crt",
-        "client.crt",
-        "client.key",
-    } or mode == "certManager"
+    # The scheduler gets neither the extender's serving key nor the CA key: with cert-manager, only the
+    # client Certificate's Secret (whose keys are named tls.*), elsewhere only the client pair's keys.
+    if mode == "certManager":
+        certs = {o["spec"]["secretName"]: o for o in objects if o["kind"] == "Certificate"}
+        assert {certs[secret]["spec"]["usages"][0] for secret, _ in files.values()} == {"client auth"}
+        assert {key for _, key in files.values()} == {"ca.crt", "tls.crt", "tls.key"}
+    else:
+        assert {key for _, key in files.values()} == {"ca.crt", "client.crt", "client.key"}
     assert all(key != "ca.key" for _, key in files.values())
 
 

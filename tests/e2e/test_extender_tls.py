@@ -86,6 +86,20 @@ def test_a_certificate_from_another_ca_does_not_get_through_the_handshake(bed: B
         _call(bed, "GET", f"{PREFIX}/inspect", None, _context(bed, (cert, key)))
 
 
+def test_a_certificate_of_the_same_ca_with_another_name_is_refused(bed: Bed, tmp_path: Path) -> None:
+    # A shared issuer signs for others too: only the name the chart gives kube-scheduler may bind.
+    assert bed.cp.pki is not None
+    now = datetime.now(UTC)
+    other = certificates.generate_client(bed.cp.pki.ca(), "ci-robot", [], now)
+    cert, key = tmp_path / "c.crt", tmp_path / "c.key"
+    cert.write_bytes(other.cert_pem)
+    key.write_bytes(other.key_pem)
+    bind = {"PodName": "x", "PodNamespace": "default", "PodUID": "", "Node": "n"}
+    status, reply = _call(bed, "POST", f"{PREFIX}/bind", bind, _context(bed, (cert, key)))
+    assert status == 403
+    assert reply == {"Error": app_mod.not_an_allowed_client("CN=ci-robot", frozenset({"gpushare-scheduler"}))}
+
+
 def test_with_the_schedulers_certificate_bind_refuses_pods_it_must_not_place(
     bed: Bed, scheduler_pair: tuple[Path, Path]
 ) -> None:

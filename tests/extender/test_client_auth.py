@@ -121,6 +121,45 @@ def test_a_caller_with_the_client_certificate_binds(cluster, extender, pki):
     assert cluster.get("pods", "a", "default")["spec"]["nodeName"] == "n2"
 
 
+def test_only_the_named_client_binds_when_client_names_are_set(cluster, pki, tmp_path):
+    # A shared issuer signs others' certificates too: the CA alone must not let them bind.
+    ca = certificates.generate_ca("extender-ca", NOW)
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    serving = certificates.generate_serving(ca, ["gs-gpushare-extender.gpu-system.svc"], ["127.0.0.1"], NOW)
+    cert, key = _write(tmp_path, "tls", serving)
+    scheduler = _write(tmp_path, "scheduler", certificates.generate_client(ca, "gpushare-scheduler", [], NOW))
+    other = _write(tmp_path, "other", certificates.generate_client(ca, "ci-robot, ops", [], NOW))
+    names = ("gpushare-scheduler",)
+    settings = ExtenderSettings(
+        host="127.0.0.1", port=0, tls_cert=cert, tls_key=key, client_ca=ca_file, client_names=names
+    )
+    cluster.put(pod("a", 4))
+    ext = Extender(settings, cluster.new_client()).start()
+    try:
+        assert ext.wait_synced(10)
+        cluster.wait_for(lambda: ext.cache.pod("default/a"))
+        context = ssl.create_default_context(cafile=str(ca_file))
+        context.load_cert_chain(*other)
+        with httpx.Client(base_url=ext.url, verify=context, timeout=5) as caller:
+            reply = caller.post(f"{PREFIX}/bind", json=BIND)
+            metrics = caller.get("/metrics").text
+        assert reply.status_code == 403
+        assert reply.json() == {
+            "Error": "the client certificate 'CN=ci-robot\\\\, ops' is signed by the extender's client CA "
+            "but its common name is not one the extender accepts (gpushare-scheduler: --client-name)"
+        }
+        assert 'gpushare_extender_requests_total{endpoint="bind",outcome="forbidden"} 1.0' in metrics
+        assert cluster.get("pods", "a", "default")["spec"].get("nodeName") is None
+        context = ssl.create_default_context(cafile=str(ca_file))
+        context.load_cert_chain(*scheduler)
+        with httpx.Client(base_url=ext.url, verify=context, timeout=5) as caller:
+            assert caller.post(f"{PREFIX}/bind", json=BIND).json() == {"Error": ""}
+        assert cluster.get("pods", "a", "default")["spec"]["nodeName"] == "n2"
+    finally:
+        ext.stop()
+
+
 def test_a_certificate_of_another_ca_ends_the_handshake(extender, pki):
     with (
         client(extender, pki, (pki.stranger_cert, pki.stranger_key)) as stranger,
@@ -173,8 +212,19 @@ def test_a_missing_client_ca_file_fails_the_start_naming_it(cluster, pki, tmp_pa
         (["--client-ca", "ca.crt"], "--client-ca needs --tls-cert and --tls-key"),
         (["--forward-cert", "c.crt"], "--forward-cert and --forward-key go together"),
         (["--tls-key", "k.pem"], "--tls-cert and --tls-key go together"),
+        (["--client-name", "s"], "--client-name needs --client-ca"),
+        (
+            ["--tls-cert", "c", "--tls-key", "k", "--client-ca", "ca", "--client-name", ""],
+            "--client-name must not be empty",
+        ),
     ],
-    ids=["client-ca-without-https", "forward-cert-without-key", "key-without-cert"],
+    ids=[
+        "client-ca-without-https",
+        "forward-cert-without-key",
+        "key-without-cert",
+        "client-name-without-ca",
+        "empty-client-name",
+    ],
 )
 def test_flags_that_cannot_work_together_exit_2_with_the_reason(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:

@@ -61,3 +61,24 @@ def test_no_name_without_a_verified_certificate(tmp_path, ask):
 def test_plain_http_has_no_tls_extension():
     assert clientauth.tls_extension(None) is None
     assert clientauth.client_name({"type": "http"}) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "common_names"),
+    [
+        ("CN=gpushare-scheduler,O=a\\,b", ("gpushare-scheduler",)),
+        ("O=x,CN=a\\,b\\+c\\=d", ("a,b+c=d",)),
+        ("CN=one+CN=two,O=x", ("one", "two")),
+        ("O=CN=fake,OU=x", ()),  # an escaped-free O value holding "CN=" is no CN
+        ("O=x\\,CN=fake", ()),
+        ("", ()),
+    ],
+)
+def test_common_names_are_read_from_the_rfc4514_name(name, common_names):
+    assert clientauth.common_names(name) == common_names
+
+
+def test_common_names_round_trip_the_names_tls_extension_writes():
+    for cn in ("plain", "a,b", 'q"uote', "back\\slash", "#hash", " lead", "trail ", "x=y+z;w<>"):
+        subject = ((("commonName", cn),), (("organizationName", "O,rg"),))
+        assert clientauth.common_names(clientauth._rfc4514(subject)) == (cn,)

@@ -38,6 +38,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="CA bundle (PEM) that must have signed the caller's client certificate: filter, prioritize, "
         "bind and inspect refuse callers without one (probes and metrics stay open); needs --tls-cert",
     )
+    p.add_argument(
+        "--client-name",
+        action="append",
+        default=[],
+        metavar="CN",
+        help="common name a caller's client certificate must carry (repeatable; default: any the client "
+        "CA signed); needs --client-ca",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     p.add_argument("--server", help="API server URL without auth, overriding kubeconfig (e.g. kubectl proxy)")
     p.add_argument("--leader-elect", action="store_true", help="elect one binding replica through a Lease")
@@ -120,6 +128,10 @@ def usage_error(args: argparse.Namespace) -> str:
         return "--tls-cert and --tls-key go together"
     if args.client_ca and not args.tls_cert:
         return "--client-ca needs --tls-cert and --tls-key: client certificates travel only over HTTPS"
+    if args.client_name and not args.client_ca:
+        return "--client-name needs --client-ca: only a verified client certificate has a name to check"
+    if any(not name for name in args.client_name):
+        return "--client-name must not be empty"
     if bool(args.forward_cert) != bool(args.forward_key):
         return "--forward-cert and --forward-key go together"
     return ""
@@ -143,6 +155,7 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
         tls_key=Path(args.tls_key) if args.tls_key else None,
         client_ca=Path(args.client_ca) if args.client_ca else None,
+        client_names=tuple(args.client_name),
         kubeconfig=args.kubeconfig,
         api_server=args.server,
         memory_unit=args.memory_unit,

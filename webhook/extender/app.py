@@ -4,7 +4,8 @@ Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error
 kube-scheduler expects (pkg/scheduler/extender.go). Prioritize has no Error field: bad input gets 400 with
 one, and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards
 bind to the leader (`forward.py`). With a client CA (`settings.client_ca`) filter, prioritize, bind and
-inspect answer 403 to a caller without a verified client certificate; probes, metrics and version stay open.
+inspect answer 403 to a caller without a verified client certificate, or (`settings.client_names`) with
+another common name; probes, metrics and version stay open.
 """
 
 from __future__ import annotations
@@ -45,6 +46,15 @@ NO_CLIENT_CERTIFICATE = (
     "certificate signed by its client CA (kube-scheduler: enableHTTPS and tlsConfig certFile/keyFile in "
     "its extender configuration); this connection presented none"
 )
+
+
+def not_an_allowed_client(name: str, allowed: frozenset[str]) -> str:
+    # The subject is the caller's own (verified by our CA); clipped so a long one cannot bloat the reply.
+    names = ", ".join(sorted(allowed))
+    return (
+        f"the client certificate {name[:200]!r} is signed by the extender's client CA but its common name "
+        f"is not one the extender accepts ({names}: --client-name)"
+    )
 
 
 class JSONResponse(StarletteJSONResponse):
@@ -275,10 +285,16 @@ def build_app(
         if settings.client_ca is None:
             return handler
 
+        allowed = frozenset(settings.client_names)
+
         async def checked(request: Request) -> Response:
-            if clientauth.client_name(request.scope) is None:
+            name = clientauth.client_name(request.scope)
+            if name is None:
                 request_metrics.observe(endpoint, "unauthenticated", 0.0)
                 return JSONResponse({"Error": NO_CLIENT_CERTIFICATE}, status_code=403)
+            if allowed and allowed.isdisjoint(clientauth.common_names(name)):
+                request_metrics.observe(endpoint, "forbidden", 0.0)
+                return JSONResponse({"Error": not_an_allowed_client(name, allowed)}, status_code=403)
             return await handler(request)
 
         return checked

@@ -35,6 +35,9 @@ class ExtenderSettings:
     # CA bundle verifying callers' client certificates: filter, prioritize, bind and inspect then refuse
     # callers without one (kube-scheduler presents it through its extender tlsConfig). Needs tls_cert.
     client_ca: Path | None = None
+    # With client_ca: the common names (CN) a caller's certificate may carry; empty accepts any the CA
+    # signed. A CA that also signs others' certificates (a shared issuer) needs this.
+    client_names: tuple[str, ...] = ()
     kubeconfig: str | None = None
     api_server: str | None = None  # explicit API URL (tests, kubectl proxy); else kubeconfig/in-cluster
     memory_unit: str = "GiB"

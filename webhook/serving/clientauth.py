@@ -40,6 +40,42 @@ def client_name(scope: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def common_names(name: str) -> tuple[str, ...]:
+    """The CN values of an RFC 4514 name as `tls_extension` writes it (escapes undone):
+    "CN=a\\,b,O=x" -> ("a,b",)."""
+    found: list[str] = []
+    for attribute in _split(name, "+,"):
+        key, _, value = attribute.partition("=")
+        if key == "CN":
+            found.append(_unescape(value))
+    return tuple(found)
+
+
+def _split(text: str, separators: str) -> list[str]:
+    """`text` cut at each separator not escaped by a backslash (the escapes are kept)."""
+    parts, start, i = [], 0, 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] in separators:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _unescape(value: str) -> str:
+    out, i = [], 0
+    while i < len(value):
+        if value[i] == "\\" and i + 1 < len(value):
+            i += 1
+        out.append(value[i])
+        i += 1
+    return "".join(out)
+
+
 def _rfc4514(subject: Any) -> str:
     # getpeercert's subject: a tuple of RDNs, each a tuple of (type, value) pairs; RFC 4514 lists the
     # RDNs most specific first, i.e. reversed.

@@ -11,6 +11,9 @@ filter, prioritize, bind and inspect. */}}
 - --tls-cert={{ $dir }}/tls.crt
 - --tls-key={{ $dir }}/tls.key
 - --client-ca={{ $dir }}/ca.crt
+{{- /* Only that certificate's name: a CA that also signs others' certificates (a shared cert-manager
+issuer, a provided corporate CA) must not let them bind pods. */}}
+- --client-name={{ .Values.extender.tls.clientName }}
 {{- if .Values.extender.leaderElection.enabled }}
 - --leader-elect
 - --lease-name={{ .Values.extender.leaderElection.leaseName }}
