@@ -88,6 +88,35 @@ def test_many_small_headers_past_the_limit_get_a_431(srv):
     assert answers(data) == [b"HTTP/1.1 431 Request Header Fields Too Large"]
 
 
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"POST / HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 6000 + b"\r\n",
+        b"POST / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 50) for i in range(100)),
+        b"POST /" + b"p" * 6000 + b" HTTP/1.1\r\nHost: x\r\n",
+    ],
+    ids=["one-header", "many-headers", "long-url"],
+)
+def test_a_head_past_the_limit_in_a_single_read_gets_a_431(srv, head):
+    # The whole request in one read: nothing streams past the limit, the parsed head is weighed.
+    with connect(srv) as sock:
+        sock.sendall(head + b"Content-Length: 2\r\n\r\n{}")
+        data, _ = timed_read(sock)
+    assert answers(data) == [b"HTTP/1.1 431 Request Header Fields Too Large"]
+
+
+def test_a_large_body_in_a_single_read_is_served(srv):
+    body = b"[" + b"1," * 5000 + b"1]"
+    with connect(srv) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body)
+            + body
+        )
+        data, _ = timed_read(sock)
+    assert answers(data) == [b"HTTP/1.1 200 OK"]
+    assert data.endswith(b"%d" % len(body))
+
+
 def test_headers_under_the_limit_are_served(srv):
     head = b"POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-A: " + b"a" * 3000
     head += b"\r\nContent-Length: 2\r\n\r\n{}"

@@ -72,6 +72,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._framing = 0  # bytes of the request being read that are not its body
         self._body = 0  # bytes of its body
         self._begun = self._ended = False  # a request began / ended in the read being parsed
+        self._large = False  # the read being parsed is larger than max_header_bytes
         self._answering: RequestResponseCycle | None = None  # the request whose app runs
         self._refusal: bytes | None = None  # the closing answer owed once earlier answers are out
         self._reason = _INVALID  # what a refusal from httptools' parser answers
@@ -98,6 +99,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._arm(self.limits.header_timeout_s)  # first byte of the next request on a kept-alive one
         self._reading = True
         body, self._begun, self._ended = self._body, False, False
+        self._large = len(data) > self.limits.max_header_bytes  # may hold a whole request's large head
         super().data_received(data)
         if self._reading and self._refusal is None and not (self._begun and self._ended):
             # A request is still arriving: count what it holds. A read that also ended an earlier one
@@ -122,6 +124,10 @@ class GuardedProtocol(HttpToolsProtocol):
             self.scope["extensions"] = {clientauth.TLS_EXTENSION: self._tls}
 
     def on_headers_complete(self) -> None:
+        if self._large and _head_bytes(self.url, self.headers) > self.limits.max_header_bytes:
+            # A request whole in one read is not counted as it streams (data_received): weigh its head.
+            self._reason = _HEADERS_TOO_LARGE
+            raise _Refused
         if self.parser.should_upgrade():  # Connection: upgrade, or CONNECT
             self._reason = _UPGRADE
             raise _Refused  # httptools turns this into a parse error: send_400_response answers
@@ -211,6 +217,11 @@ class GuardedProtocol(HttpToolsProtocol):
 
 class _Refused(Exception):
     """Raised in a parser callback to refuse the request: httptools reports it as a parse error."""
+
+
+def _head_bytes(url: bytes, headers: list[tuple[bytes, bytes]]) -> int:
+    """About the bytes of a request line and headers as sent (spaces around values not counted)."""
+    return len(url) + len("CONNECT  HTTP/1.1\r\n\r\n") + sum(len(n) + len(v) + 4 for n, v in headers)
 
 
 def _codings(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
