@@ -78,9 +78,7 @@ def test_self_managed_hook_job_pairs_the_secret_and_the_rendered_configurations(
         )  # no cluster to look up: the Job sets it
         apiserver.put(config)
     job = render.find(objects, "Job", "-certgen")
-    assert set(job["metadata"]["annotations"]["helm.sh/hook"].split(",")) == {
-        "pre-install", "pre-upgrade", "post-install", "post-upgrade",
-    }  # fmt: skip
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "ensure-certs"
     module = importlib.import_module("webhook.cli.ensure_certs")
@@ -192,3 +190,25 @@ def test_renewal_cronjob_renews_a_certificate_close_to_expiry(apiserver: ApiServ
 def test_a_malformed_renew_schedule_is_refused_by_the_schema(schedule: object) -> None:
     error = render.render_error({"certificates": {"selfManaged": {"renewSchedule": schedule}}})
     assert "renewSchedule" in error
+
+
+def test_the_pre_hook_only_creates_missing_secrets_and_the_post_hook_renews_and_patches() -> None:
+    # Helm applies the caBundle it rendered before the pre-upgrade hook ran: a renewal there would be
+    # undone until the post-upgrade hook, so renewing happens only after (and in the CronJob).
+    objects = render.render({"certificates": {"selfManaged": {"renewSchedule": "0 3 * * *"}}})
+    jobs = {o["metadata"]["name"]: o for o in objects if o["kind"] in ("Job", "CronJob")}
+    pre = jobs[f"{render.RELEASE}-gpushare-certgen-pre"]
+    post = jobs[f"{render.RELEASE}-gpushare-certgen"]
+    renew = jobs[f"{render.RELEASE}-gpushare-certgen-renew"]
+    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+
+    def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+        spec = obj["spec"].get("jobTemplate", obj)["spec"]["template"]["spec"]
+        return list(spec["containers"])
+
+    assert [c["name"] for c in containers(pre)] == ["ensure-certs", "ensure-extender-certs"]
+    for container in containers(pre):
+        assert ensure_certs.build_parser().parse_args(container["args"][1:]).create_only
+    for container in [*containers(post), *containers(renew)]:
+        assert not ensure_certs.build_parser().parse_args(container["args"][1:]).create_only

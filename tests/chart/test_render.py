@@ -146,6 +146,7 @@ def test_service_account_tokens_only_where_the_api_is_called(
         "scheduler": True,
         "device-plugin": True,
         "certgen": True,
+        "certgen-pre": True,
         "test": True,
     }
     for obj in rendered["defaults"]:

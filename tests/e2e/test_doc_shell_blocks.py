@@ -14,15 +14,12 @@ import os
 import re
 import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from tests.e2e.hookrunner import HookRunner
 from webhook.devcluster import helm, objects, release
 from webhook.devcluster.controlplane import ControlPlane
-from webhook.kube import rest
 
 ROOT = helm.ROOT
 FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -103,7 +100,7 @@ def test_the_scheduler_configuration_has_one_copy_rendered_by_the_chart() -> Non
 def test_every_shell_block_runs_against_a_real_api_server(kube_bins: Path, tmp_path: Path) -> None:
     cp = ControlPlane(kube_bins, tmp_path / "cp").start()
     api = release.admin_api(cp)
-    hooks = HookRunner(api, cp.admin_kubeconfig)
+    hooks = HookRunner(api, cp.admin_kubeconfig, NAMESPACE)
     try:
         objects.gpu_node(api, PLACEHOLDERS["GPU_NODE"], 2, 16)
         hooks.start()
@@ -143,73 +140,6 @@ def test_every_shell_block_runs_against_a_real_api_server(kube_bins: Path, tmp_p
         hooks.stop()
         api.close()
         cp.stop()
-
-
-class HookRunner:
-    """Plays the kubelet for the chart's hook Jobs: runs each container's `gpushare` arguments on this
-    host (KUBECONFIG: admin) and marks the Job complete, or failed with the output."""
-
-    def __init__(self, api: Any, kubeconfig: Path) -> None:
-        self.api = api
-        self.kubeconfig = kubeconfig
-        self.errors: list[str] = []
-        self._done: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _loop(self) -> None:
-        path = rest.path("jobs", namespace=NAMESPACE, group="batch")
-        while not self._stop.wait(0.2):
-            try:
-                jobs = list(rest.list_all(self.api, path))
-            except Exception:  # the namespace may not exist yet
-                continue
-            for job in jobs:
-                uid = job["metadata"]["uid"]
-                if uid not in self._done and not job.get("status", {}).get("conditions"):
-                    self._done.add(uid)
-                    self._run(job)
-
-    def _run(self, job: dict[str, Any]) -> None:
-        ok = True
-        for container in job["spec"]["template"]["spec"]["containers"]:
-            argv = container.get("command") or [release.GPUSHARE]
-            env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), "POD_NAMESPACE": NAMESPACE}
-            result = subprocess.run(
-                [*argv, *container.get("args", [])],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
-            if result.returncode != 0:
-                ok = False
-                self.errors.append(f"hook {job['metadata']['name']}/{container['name']}: {result.stderr}")
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        kinds = ["SuccessCriteriaMet", "Complete"] if ok else ["FailureTarget", "Failed"]
-        job["status"] = {
-            "startTime": now,
-            **({"completionTime": now, "succeeded": 1} if ok else {"failed": 1}),
-            "conditions": [
-                {"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
-                for kind in kinds
-            ],
-        }
-        name = job["metadata"]["name"]
-        try:
-            rest.request(
-                self.api, "PUT", rest.path("jobs", name, NAMESPACE, group="batch") + "/status", body=job
-            )
-        except Exception as err:
-            self.errors.append(f"marking hook Job {name}: {err}")
 
 
 @dataclass(frozen=True)

@@ -151,3 +151,33 @@ def test_concurrent_runs_end_with_one_paired_secret(cluster: ApiServer) -> None:
     assert not errors
     wc.assert_paired(cluster)
     assert len(cluster.objects("secrets", wc.NS)) == 1
+
+
+def test_create_only_keeps_an_existing_secret_whatever_it_holds_and_patches_nothing(
+    cluster: ApiServer,
+) -> None:
+    # Helm's pre-upgrade hook: a renewal here would be undone by the caBundle Helm rendered before it.
+    wc.run(cluster)
+    before = cluster.get("secrets", wc.SECRET, wc.NS)
+    bundles = wc.bundles(cluster)
+    cluster.reset_counts()
+    late = wc.NOW + timedelta(days=340)  # close to expiry: a full run would replace it
+    outcome = wc.run(cluster, at=late, create_only=True)
+    assert (outcome.secret, outcome.patched, outcome.unchanged) == ("kept", [], [])
+    assert cluster.get("secrets", wc.SECRET, wc.NS) == before
+    assert wc.bundles(cluster) == bundles
+    assert cluster.requests[("update", "secrets")] == 0
+    assert wc.run(cluster, at=late).secret == "replaced"  # the post-upgrade run renews it
+
+
+def test_create_only_creates_a_missing_secret_without_patching(cluster: ApiServer) -> None:
+    outcome = wc.run(cluster, create_only=True)
+    assert (outcome.secret, outcome.patched) == ("created", [])
+    assert set(wc.secret(cluster)) == {"tls.crt", "tls.key", "ca.crt"}
+    for plural, name in (
+        ("mutatingwebhookconfigurations", wc.MUTATING),
+        ("validatingwebhookconfigurations", wc.VALIDATING),
+    ):
+        config = cluster.get(plural, name)
+        assert config is not None
+        assert all("caBundle" not in hook["clientConfig"] for hook in config["webhooks"])

@@ -65,6 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also keep a client certificate with this common name (client.crt, client.key) and the CA "
         "key (ca.key) in the Secret, so renewals keep the CA its clients trust (the extender's Secret)",
     )
+    p.add_argument(
+        "--create-only",
+        action="store_true",
+        help="only create the Secret when it is missing; keep an existing one as it is and patch no "
+        "configuration (Helm's pre-install/pre-upgrade hook: a renewal there would be undone by the "
+        "caBundle Helm rendered before the hook ran)",
+    )
     p.add_argument("--ca-valid-days", type=_positive, default=3650, help="lifetime of a new CA")
     p.add_argument("--valid-days", type=_positive, default=365, help="serving certificate lifetime")
     p.add_argument("--renew-before-days", type=_non_negative, default=30,
@@ -97,6 +104,7 @@ def main(argv: list[str]) -> int:
         valid_days=args.valid_days,
         renew_before=timedelta(days=args.renew_before_days),
         client_name=args.client_name or "",
+        create_only=args.create_only,
     )
     started = time.monotonic()
     try:

@@ -58,6 +58,10 @@ class EnsureSettings:
     renew_before: timedelta = timedelta(days=30)
     attempts: int = 8
     client_name: str = ""  # also keep a client pair with this common name, and the CA key (mtlssecret)
+    # Only create a missing Secret: keep an existing one whatever it holds and patch nothing. For Helm's
+    # pre-install/pre-upgrade hook: Helm applies the caBundle it rendered *before* that hook ran, so a
+    # renewal there would be undone until the post-upgrade hook; renewing happens in post-* and the CronJob.
+    create_only: bool = False
 
     @property
     def spec(self) -> certsecrets.SecretSpec:
@@ -81,7 +85,11 @@ class Outcome:
 def ensure(cluster: Cluster, settings: EnsureSettings, now: Callable[[], datetime]) -> Outcome:
     """Make the Secret usable, then put its CA into every webhook of the named configurations."""
     outcome = Outcome()
+    if settings.create_only and cluster.get_secret(settings.namespace, settings.secret) is not None:
+        return outcome  # kept as it is; the post-* run renews it and patches caBundle
     ca_pem, previous_ca = _ensure_secret(cluster, settings, now, outcome)
+    if settings.create_only:
+        return outcome
     targets = [(MUTATING, n) for n in settings.mutating] + [(VALIDATING, n) for n in settings.validating]
     for plural, name in targets:
         result = _ensure_ca_bundle(

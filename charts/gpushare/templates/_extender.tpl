@@ -154,23 +154,26 @@ projected:
 
 {{/* The ensure-certs container that keeps the extender's Secret (selfManaged). */}}
 {{- define "gpushare.extender.certgenContainer" -}}
-{{- $root := . -}}
-{{- $c := .Values.certificates.selfManaged -}}
+{{- $root := .root -}}
+{{- $c := $root.Values.certificates.selfManaged -}}
 - name: ensure-extender-certs
   image: {{ include "gpushare.image" $root }}
-  imagePullPolicy: {{ .Values.image.pullPolicy }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   args:
     - ensure-certs
-    - --namespace={{ .Release.Namespace }}
+    - --namespace={{ $root.Release.Namespace }}
     - --secret={{ include "gpushare.extender.tlsSecret" $root }}
     {{- range (include "gpushare.extender.dnsNames" $root | fromYamlArray) }}
     - --service-dns={{ . }}
     {{- end }}
-    - --client-name={{ .Values.extender.tls.clientName }}
+    - --client-name={{ $root.Values.extender.tls.clientName }}
     - --ca-valid-days={{ $c.caValidityDays }}
     - --valid-days={{ $c.validityDays }}
     - --renew-before-days={{ $c.renewBeforeDays }}
-    - --log-format={{ .Values.logFormat }}
+    - --log-format={{ $root.Values.logFormat }}
+    {{- if .createOnly }}
+    - --create-only
+    {{- end }}
   resources:
     {{- toYaml $c.resources | nindent 4 }}
   securityContext:

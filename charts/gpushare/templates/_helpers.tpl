@@ -215,7 +215,8 @@ with certificates.selfManaged.renewSchedule, the standing one the renewal CronJo
 {{- end }}
 {{- end }}
 
-{{/* The ensure-certs pod of the hook Job and of the renewal CronJob: (dict "root" $ "serviceAccount" NAME). */}}
+{{/* The ensure-certs pod of the hook Jobs and of the renewal CronJob: (dict "root" $ "serviceAccount" NAME
+"createOnly" BOOL); createOnly for the pre-install/pre-upgrade Job. */}}
 {{- define "gpushare.certgen.podSpec" -}}
 {{- $root := .root }}
 {{- $c := $root.Values.certificates.selfManaged -}}
@@ -246,13 +247,16 @@ containers:
       - --valid-days={{ $c.validityDays }}
       - --renew-before-days={{ $c.renewBeforeDays }}
       - --log-format={{ $root.Values.logFormat }}
+      {{- if .createOnly }}
+      - --create-only
+      {{- end }}
     resources:
       {{- toYaml $c.resources | nindent 6 }}
     securityContext:
       {{- include "gpushare.securityContext" $root | nindent 6 }}
   {{- end }}
   {{- if $root.Values.extender.enabled }}
-  {{- include "gpushare.extender.certgenContainer" $root | nindent 2 }}
+  {{- include "gpushare.extender.certgenContainer" (dict "root" $root "createOnly" .createOnly) | nindent 2 }}
   {{- end }}
 {{- with $root.Values.webhook.nodeSelector }}
 nodeSelector:
@@ -265,7 +269,7 @@ tolerations:
 {{- end }}
 
 {{- define "gpushare.certgen.hookAnnotations" -}}
-helm.sh/hook: pre-install,pre-upgrade,post-install,post-upgrade
+helm.sh/hook: {{ .hook | default "pre-install,pre-upgrade,post-install,post-upgrade" }}
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}

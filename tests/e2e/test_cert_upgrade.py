@@ -1,0 +1,102 @@
+"""`helm upgrade` with self-managed certificates, hooks and all, against the real API server: an upgrade
+that renews the webhook's certificate never leaves the API server trusting a CA the Secret no longer holds.
+
+Helm renders the webhook configurations (their caBundle from `lookup`) before the pre-upgrade hook runs
+and applies them after it: a renewal made in that hook would be reverted to the rendered bundle until the
+post-upgrade hook patches it again, while the webhook pods serve the new certificate. So the check runs
+when the post-upgrade Job appears, which is after Helm applied the release.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.hookrunner import HookRunner
+from webhook.core import cabundles
+from webhook.devcluster import helm, release
+from webhook.devcluster.controlplane import ControlPlane
+from webhook.kube import rest
+
+NAMESPACE = "gpushare-system"
+RELEASE = "gs"
+SECRET = f"{RELEASE}-gpushare-webhook-tls"
+CONFIGURATIONS = [
+    ("mutatingwebhookconfigurations", f"{RELEASE}-gpushare-mutating"),
+    ("validatingwebhookconfigurations", f"{RELEASE}-gpushare-validating"),
+]
+
+
+def _config_path(plural: str, name: str) -> str:
+    return rest.path(plural, name, group="admissionregistration.k8s.io")
+
+
+def _secret_ca(api: Any) -> bytes:
+    secret = rest.request(api, "GET", rest.path("secrets", SECRET, NAMESPACE))
+    return base64.b64decode(secret["data"]["ca.crt"])
+
+
+def _untrusted(api: Any) -> list[str]:
+    """The webhooks whose caBundle does not trust the CA of the Secret the webhook pods serve from."""
+    ca = _secret_ca(api)
+    out = []
+    for plural, name in CONFIGURATIONS:
+        config = rest.request(api, "GET", _config_path(plural, name))
+        for hook in config["webhooks"]:
+            if not cabundles.contains(cabundles.decode(hook["clientConfig"].get("caBundle")), ca):
+                out.append(f"{plural}/{name} {hook['name']}")
+    return out
+
+
+def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
+    kube_bins: Path, tmp_path: Path
+) -> None:
+    cp = ControlPlane(kube_bins, tmp_path / "cp").start()
+    api = release.admin_api(cp)
+    seen: list[str] = []
+    upgrading: list[bool] = []
+
+    def before(job: dict[str, Any]) -> None:
+        # On install the bundle is empty until the post-install hook: nothing was trusted before.
+        if upgrading and job["metadata"]["annotations"].get("helm.sh/hook", "").startswith("post-"):
+            seen.append(job["metadata"]["name"])
+            untrusted = _untrusted(api)
+            assert untrusted == [], f"after Helm applied the release: {untrusted} distrust the Secret's CA"
+
+    hooks = HookRunner(api, cp.admin_kubeconfig, NAMESPACE, before=before)
+    env = {**os.environ, "KUBECONFIG": str(cp.admin_kubeconfig)}
+    binary = helm.binary()
+    assert binary is not None, "helm missing: bash scripts/install-helm"
+
+    def run(*argv: str) -> None:
+        args = [binary, *argv, str(helm.CHART), "--namespace", NAMESPACE, "--timeout", "120s"]
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180, check=False)
+        assert done.returncode == 0, done.stderr
+        assert hooks.errors == []
+
+    try:
+        hooks.start()
+        run("install", RELEASE, "--create-namespace")
+        assert _untrusted(api) == []
+        first_ca = _secret_ca(api)
+        # What a year without upgrades (renewSchedule "") leaves: a certificate past renewal. Any unusable
+        # pair does: the next ensure-certs replaces it with a new CA.
+        rest.request(
+            api,
+            "PATCH",
+            rest.path("secrets", SECRET, NAMESPACE),
+            body={"data": {"tls.crt": base64.b64encode(b"expired").decode()}},
+            content_type=rest.MERGE_PATCH,
+        )
+        upgrading.append(True)
+        run("upgrade", RELEASE)
+        assert _secret_ca(api) != first_ca, "the upgrade's hooks renewed nothing"
+        assert _untrusted(api) == []
+        assert seen == [f"{RELEASE}-gpushare-certgen"]  # the check ran, at the post-upgrade hook
+    finally:
+        hooks.stop()
+        api.close()
+        cp.stop()
