@@ -54,7 +54,7 @@ def expressions() -> dict[str, str]:
     for obj in render.render():
         if obj["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
             for hook in obj["webhooks"]:
-                (condition,) = hook["matchConditions"]
+                (condition,) = [c for c in hook["matchConditions"] if c["name"] == "asks-for-gpu"]
                 out[hook["name"].removesuffix(".gpushare.aliyun.com")] = condition["expression"]
     return out
 

@@ -152,6 +152,26 @@ def test_pods_without_gpus_never_reach_the_webhook(bed: Bed, ns: str) -> None:
     assert _reviews(bed) == before + 2
 
 
+def _patch(bed: Bed, plural: str, name: str, ns: str, body: dict[str, Any], *, group: str = "") -> None:
+    bed.request("PATCH", rest.path(plural, name, ns, group=group), body=body, content_type=rest.MERGE_PATCH)
+
+
+def test_updates_that_leave_what_the_rules_read_never_reach_the_webhook(bed: Bed, ns: str) -> None:
+    _create(bed, ns, objects.gpu_pod("updated", 1))
+    _create(bed, ns, objects.deployment("scaled", objects.container(limits={resources.GPU_MEMORY: "1"})))
+    before = _reviews(bed)
+    # What the extender, the device plugin and controllers write: placement annotations, replicas.
+    _patch(bed, "pods", "updated", ns, {"metadata": {"annotations": {"example.com/note": "x"}}})
+    _patch(bed, "deployments", "scaled", ns, {"spec": {"replicas": 3}}, group="apps")
+    assert _reviews(bed) == before
+    # What the rules read: the gpu-count label, the pod template.
+    _patch(bed, "pods", "updated", ns, {"metadata": {"labels": {resources.GPU_COUNT: "1"}}})
+    assert _reviews(bed) == before + 1
+    template = {"spec": {"template": {"metadata": {"labels": {"app": "scaled", "v": "2"}}}}}
+    _patch(bed, "deployments", "scaled", ns, template, group="apps")
+    assert _reviews(bed) == before + 2
+
+
 def test_with_the_webhook_down_gpu_pods_fail_closed_and_others_are_created(bed: Bed, ns: str) -> None:
     webhook = next(p for p in bed.processes if p.name == "webhook")
     webhook.stop()
@@ -162,6 +182,12 @@ def test_with_the_webhook_down_gpu_pods_fail_closed_and_others_are_created(bed: 
         # failurePolicy Fail: the API server says it could not call us.
         assert 'failed calling webhook "pods.mutate.gpushare.aliyun.com"' in caught.value.message
         _create(bed, ns, objects.pod("plain-while-down"))
+        # Placing and marking existing GPU pods, and scaling GPU workloads, go on without the webhook.
+        _patch(bed, "pods", "valid", ns, {"metadata": {"annotations": {"example.com/while-down": "x"}}})
+        _patch(bed, "deployments", "scaled", ns, {"spec": {"replicas": 0}}, group="apps")
+        with pytest.raises(errors.ApiError) as caught:  # a change the rules read still fails closed
+            _patch(bed, "pods", "valid", ns, {"metadata": {"labels": {resources.GPU_COUNT: "1"}}})
+        assert 'failed calling webhook "pods.validate.gpushare.aliyun.com"' in caught.value.message
     finally:
         bed.start_webhook()
     _create(bed, ns, objects.gpu_pod("after-restart", 1))

@@ -194,7 +194,41 @@ depend on) the webhook. */}}
 {{- define "gpushare.matchConditions" -}}
 matchConditions:
   - name: asks-for-gpu
-    expression: {{ include "gpushare.cel.asksForGpu" . | quote }}
+    expression: {{ include "gpushare.cel.asksForGpu" (list (index . 0) (index . 1)) | quote }}
+{{- if gt (len .) 2 }}
+  # An UPDATE that leaves what the rules read as it was cannot bring a new problem (the webhook only
+  # denies those): it is not sent, so controllers scaling GPU workloads, the extender placing and the
+  # device plugin marking GPU pods never wait on the webhook, nor fail with it (failurePolicy Fail).
+  - name: update-changes-what-the-rules-read
+    expression: {{ printf "request.operation != 'UPDATE' || %s" (include "gpushare.cel.changed" (list (index . 0) (index . 2))) | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+CEL: what the rules read differs between object and oldObject. (list $ "pod"): the pod's spec, its
+gpu-count label, its isolation and compute-percent annotations (pod metadata changes beside those, such
+as the extender's placement annotations, cannot change a verdict). (list $ "spec.template") and the like:
+that part of the object, the pod template whole.
+*/}}
+{{- define "gpushare.cel.changed" -}}
+{{- $root := index . 0 -}}
+{{- $what := index . 1 -}}
+{{- if eq $what "pod" -}}
+{{- $keys := list (list "labels" $root.Values.gpuResources.count) (list "annotations" $root.Values.webhook.isolation.annotationKey) (list "annotations" "gpushare.aliyun.com/compute-percent") -}}
+{{- $diffs := list "object.spec != oldObject.spec" -}}
+{{- range $keys -}}
+{{- $field := index . 0 -}}{{- $key := index . 1 -}}
+{{- $new := printf "(has(object.metadata.%s) && '%s' in object.metadata.%s ? object.metadata.%s['%s'] : '')" $field $key $field $field $key -}}
+{{- $old := printf "(has(oldObject.metadata.%s) && '%s' in oldObject.metadata.%s ? oldObject.metadata.%s['%s'] : '')" $field $key $field $field $key -}}
+{{- $diffs = append $diffs (printf "%s != %s" $new $old) -}}
+{{- end -}}
+{{- join " || " $diffs -}}
+{{- else -}}
+{{- $parts := splitList "." $what -}}
+{{- $guards := list -}}
+{{- range $i, $_ := $parts }}{{ $guards = append $guards (printf "has(oldObject.%s)" (join "." (slice $parts 0 (add1 $i)))) }}{{ end -}}
+{{- printf "!(%s) || object.%s != oldObject.%s" (join " && " $guards) $what $what -}}
+{{- end -}}
 {{- end }}
 
 {{/* The pod security context of the non-root parts. */}}
