@@ -98,7 +98,7 @@ def test_quoted_and_unquoted_isolation_default_agree(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("port: [1\n", "not valid YAML"),
+        ("port: [1\n", "line 2, column 1: while parsing a flow sequence: expected ',' or ']'"),
         ("- a\n- b\n", "must be a mapping"),
         ("prot: 1\n", r"unknown key\(s\) prot"),
         ("port: '8443'\n", "port must be an integer"),
@@ -146,12 +146,73 @@ def test_with_mib_a_size_the_api_server_wrote_as_4k_is_allowed_and_patched(tmp_p
     assert answer.outcome == "patched" and answer.review["response"]["allowed"] is True
 
 
-def test_an_unreadable_config_file_is_a_config_error(tmp_path):
-    with pytest.raises(settings.ConfigError, match="cannot read config file"):
-        settings.load_config(tmp_path / "missing.yaml")
+def test_an_unreadable_config_file_is_a_config_error_naming_it_once(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(settings.ConfigError) as exc:
+        settings.load_config(missing)
+    assert str(exc.value) == f"cannot read config file {missing}: No such file or directory"
     (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(settings.ConfigError, match="cannot read config file"):
+    with pytest.raises(settings.ConfigError, match=r"binary.yaml: not UTF-8 text \(byte 0\)$"):
         settings.load_config(tmp_path / "binary.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("port: 1\n bad: 2\n", "line 2, column 5: mapping values are not allowed here"),
+        ("a: [\n", "line 2, column 1: while parsing a flow node: expected the node content, but found"),
+        ("port: \x01\n", "line 1, column 7: unacceptable character #x0001: special characters are not"),
+        ("port: " + "[" * 100_000 + "\n", "nested too deeply"),
+        ("port: " + "9" * 5000 + "\n", "Exceeds the limit (4300 digits)"),
+    ],
+    ids=["mapping-in-scalar", "unclosed-flow", "control-character", "deep", "huge-integer"],
+)
+def test_a_file_yaml_cannot_read_is_one_line_naming_the_file_and_place(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(settings.ConfigError) as exc:
+        settings.load_config(path)
+    assert str(exc.value).startswith(f"config file {path}: {message}")
+    assert "\n" not in str(exc.value) and "<unicode string>" not in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("port: 70000\n", "port must be 0-65535, got 70000"),
+        ("logLevel: loud\n", "logLevel must be one of debug, info, warning, error, got 'loud'"),
+        ("cert: a.crt\n", "cert and key go together: give both or neither"),
+        ("isolation: {default: maybe}\n", "isolation.default must be true or false, got 'maybe'"),
+    ],
+    ids=["port", "log-level", "cert-alone", "isolation-default"],
+)
+def test_a_bad_value_in_the_file_names_the_file(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(settings.ConfigError) as exc:
+        settings.from_file(path)
+    assert str(exc.value) == f"config file {path}: {message}"
+
+
+def test_a_bad_flag_value_does_not_blame_the_file(tmp_path):
+    path = write(tmp_path, "port: 70000\nlogLevel: debug\n")
+    with pytest.raises(settings.ConfigError) as exc:
+        settings.from_file(path, {"port": 70001})
+    assert str(exc.value) == "port must be 0-65535, got 70001"
+    with pytest.raises(settings.ConfigError) as exc:
+        settings.from_file(write(tmp_path, "logLevel: debug\n"), {"cert": "a.crt"})
+    assert str(exc.value) == "cert and key go together: give both or neither"
+    # The file's half of a pair the flags complete is no mistake; a flag replacing a bad value mends it.
+    s = settings.from_file(write(tmp_path, "cert: a.crt\nport: 70000\n"), {"key": "a.key", "port": 9443})
+    assert (s.cert, s.key, s.port) == (Path("a.crt"), Path("a.key"), 9443)
+
+
+def test_the_rules_check_reads_name_the_file_and_the_server_keys_go_unchecked(tmp_path):
+    path = write(tmp_path, "port: 70000\nisolation: {default: maybe}\n")
+    with pytest.raises(settings.ConfigError) as exc:
+        settings.rules_from_file(path)
+    assert str(exc.value) == f"config file {path}: isolation.default must be true or false, got 'maybe'"
+    policy, excluded = settings.rules_from_file(write(tmp_path, "port: 70000\nexcludedNamespaces: [a]\n"))
+    assert (policy, excluded) == (verdict.Policy(), frozenset({"a"}))
+    assert settings.rules_from_file(None) == (verdict.Policy(), frozenset())
 
 
 def test_an_unknown_override_is_a_config_error():

@@ -170,10 +170,10 @@ def test_config_file_is_the_webhooks_and_changes_the_verdict(
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        ("isolation: {default: maybe}\n", "isolation.default must be true or false"),
+        ("isolation: {default: maybe}\n", "webhook.yaml: isolation.default must be true or false"),
         ("frobnicate: 1\n", "unknown key(s) frobnicate"),
-        ("resources: [a]\n", "resources must be a mapping"),
-        ("a: [\n", "is not valid YAML"),
+        ("resources: [a]\n", "webhook.yaml: resources must be a mapping"),
+        ("a: [\n", "webhook.yaml: line 2, column 1: while parsing a flow node: expected the node content"),
     ],
     ids=["bad-value", "unknown-key", "wrong-type", "broken-yaml"],
 )
@@ -184,7 +184,7 @@ def test_bad_config_exits_2_with_the_reason(
     config.write_text(text)
     assert check.main(["--config", str(config), str(DATA / "clean")]) == report.UNREADABLE
     captured = capsys.readouterr()
-    assert needle in captured.err
+    assert needle in captured.err and captured.err.count("\n") == 1
     assert captured.out == ""
 
 

@@ -214,10 +214,11 @@ def test_utf8_byte_order_mark_is_accepted() -> None:
     ) == ["bom"]
 
 
-def test_control_characters_are_a_yaml_error_not_a_crash() -> None:
+def test_control_characters_are_a_one_line_yaml_error_at_their_line_not_a_crash() -> None:
     [err] = list(manifests.read_text("x.yaml", "kind: Pod\nmetadata: {name: \x07}\n"))
     assert isinstance(err, manifests.ReadError)
-    assert err.problem.startswith("invalid YAML")
+    assert err.line == 2
+    assert err.problem == "invalid YAML: unacceptable character #x0007: control characters are not allowed"
 
 
 def test_deep_nesting_is_an_error_not_a_crash() -> None:

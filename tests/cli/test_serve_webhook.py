@@ -77,20 +77,30 @@ def test_flags_override_the_config_file(tmp_path):
 @pytest.mark.parametrize(
     ("argv", "config", "message"),
     [
-        (["--config", "{dir}/c.yaml"], "port: [", "not valid YAML"),
+        (["--config", "{dir}/c.yaml"], "port: 1\n bad: 2\n", "c.yaml: line 2, column 5: mapping values are"),
         (["--config", "{dir}/c.yaml"], "colour: blue\n", "unknown key(s) colour"),
-        (["--config", "{dir}/missing.yaml"], None, "cannot read config file"),
-        (["--cert", "a.crt"], None, "cert and key go together"),
-        (["--port", "70000"], None, "port must be 0-65535"),
+        (["--config", "{dir}/c.yaml"], "port: 70000\n", "c.yaml: port must be 0-65535, got 70000"),
+        (["--config", "{dir}/missing.yaml"], None, "missing.yaml: No such file or directory\n"),
+        (["--cert", "a.crt"], None, "webhook: cert and key go together"),
+        (["--port", "70000"], None, "webhook: port must be 0-65535"),
         (["--max-body-bytes", "10"], None, "at least 1024"),
     ],
-    ids=["bad-yaml", "unknown-key", "missing-file", "cert-without-key", "port-range", "tiny-body-limit"],
+    ids=[
+        "bad-yaml",
+        "unknown-key",
+        "port-in-file",
+        "missing-file",
+        "cert-without-key",
+        "port-range",
+        "tiny-body-limit",
+    ],
 )
 def test_bad_config_exits_2_with_a_clear_message(tmp_path, capsys, argv, config, message):
     if config is not None:
         (tmp_path / "c.yaml").write_text(config)
     assert serve_webhook.main([a.format(dir=tmp_path) for a in argv]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize(
@@ -123,7 +133,7 @@ def test_a_cert_dir_with_only_a_key_exits_1(tmp_path, capsys):
     assert "only one of tls.crt and tls.key" in capsys.readouterr().err
 
 
-def read_serving_url(proc: subprocess.Popen[str], lines: list[str], timeout_s: float = 20) -> str:
+def read_serving_line(proc: subprocess.Popen[str], lines: list[str], timeout_s: float = 20) -> dict[str, str]:
     assert proc.stderr is not None
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -133,7 +143,7 @@ def read_serving_url(proc: subprocess.Popen[str], lines: list[str], timeout_s: f
         lines.append(line)
         entry = json.loads(line)
         if entry["msg"] == "serving":
-            return str(entry["url"])
+            return dict(entry)
     raise AssertionError(f"no 'serving' log line; got {lines}")
 
 
@@ -150,16 +160,19 @@ def test_the_process_generates_certificates_serves_https_and_stops_on_sigterm(tm
             "--port",
             "0",
             "--cert-dir",
-            str(cert_dir),
+            "certs",  # relative: the log must still say where they are
             "--service-dns",
             "gpushare-webhook.gpushare.svc",
         ],
         stderr=subprocess.PIPE,
         text=True,
+        cwd=tmp_path,
     )
     lines: list[str] = []
     try:
-        url = read_serving_url(proc, lines).replace("127.0.0.1", "localhost")
+        serving = read_serving_line(proc, lines)
+        assert (serving["cert"], serving["key"]) == (str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"))
+        url = serving["url"].replace("127.0.0.1", "localhost")
         cert = (cert_dir / "tls.crt").read_bytes()
         assert certificates.dns_sans(cert) == ["localhost", "gpushare-webhook.gpushare.svc"]
         ctx = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))

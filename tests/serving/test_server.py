@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 import warnings
@@ -92,6 +93,38 @@ def test_https_serves_with_the_generated_certificate(cert_dir):
             assert client.get(f"https://localhost:{srv.port}/readyz").status_code == 200
 
 
+def serving_fields(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
+    [record] = [r for r in caplog.records if r.getMessage() == "serving"]
+    return dict(record.fields)  # type: ignore[attr-defined]
+
+
+def test_the_serving_line_names_the_absolute_certificate_and_key_not_their_contents(
+    cert_dir, tmp_path, monkeypatch, caplog
+):
+    monkeypatch.chdir(tmp_path)  # certificates already there, named relative to the working folder
+    files = tls.TlsFiles(cert=Path("certs/tls.crt"), key=Path("certs/tls.key"))
+    caplog.set_level(logging.INFO, logger="webhook.serving.server")
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    with server.AppServer(make_app(readiness, registry), options(files), readiness) as srv:
+        fields = serving_fields(caplog)
+    assert fields == {
+        "url": f"https://127.0.0.1:{srv.port}",
+        "cert": str(cert_dir.serving.cert),
+        "key": str(cert_dir.serving.key),
+    }
+    assert Path(fields["cert"]).is_absolute() and "BEGIN" not in caplog.text
+
+
+def test_an_ipv6_host_is_bracketed_in_the_serving_url(caplog):
+    caplog.set_level(logging.INFO, logger="webhook.serving.server")
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    ipv6 = server.ServeOptions(host="::", port=0, graceful_shutdown_s=1)
+    with server.AppServer(make_app(readiness, registry), ipv6, readiness) as srv:
+        assert serving_fields(caplog) == {"url": f"http://[::]:{srv.port}"}
+        assert srv.url == f"http://[::1]:{srv.port}"
+        assert httpx.get(srv.url + "/").text == "hello"
+
+
 @pytest.mark.parametrize(
     "version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"]
 )
@@ -148,6 +181,15 @@ def test_a_port_in_use_is_a_serve_error_naming_the_address():
         with pytest.raises(server.ServeError, match=f"127.0.0.1:{port}"):
             server.AppServer(
                 make_app(probes.Readiness(), CollectorRegistry()), server.ServeOptions("127.0.0.1", port)
+            )
+
+
+def test_a_busy_ipv6_address_is_named_in_brackets():
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as busy:
+        port = busy.getsockname()[1]
+        with pytest.raises(server.ServeError, match=rf"cannot listen on \[::1\]:{port}:"):
+            server.AppServer(
+                make_app(probes.Readiness(), CollectorRegistry()), server.ServeOptions("::1", port)
             )
 
 

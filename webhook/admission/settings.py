@@ -78,13 +78,21 @@ ISOLATION_KEYS = ("labelKey", "annotationKey", "envName", "default")
 def load_config(path: Path) -> dict[str, Any]:
     """The config file as a mapping (empty file: {}); ConfigError when unreadable or not a mapping."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {exc.start})") from exc
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {exc}") from exc
+        line, column, problem = yaml_problem(exc, text)
+        where = f"line {line}, column {column}: " if line is not None else ""
+        raise ConfigError(f"config file {path}: {where}{problem}") from exc
+    except RecursionError as exc:
+        raise ConfigError(f"config file {path}: nested too deeply") from exc
+    except ValueError as exc:  # a value YAML parsed but Python refuses, e.g. an integer of 5,000 digits
+        raise ConfigError(f"config file {path}: {exc}") from exc
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -94,6 +102,59 @@ def load_config(path: Path) -> dict[str, Any]:
         known = ", ".join([*RULE_KEYS, *SERVER_KEYS])
         raise ConfigError(f"config file {path}: unknown key(s) {', '.join(unknown)}; known: {known}")
     return data
+
+
+def yaml_problem(exc: yaml.YAMLError, text: str) -> tuple[int | None, int | None, str]:
+    """(line, column, problem) of a PyYAML error in `text`: 1-based, None when it names no place; the
+    problem on one line, without PyYAML's `in "<unicode string>"` and caret lines."""
+    if isinstance(exc, yaml.MarkedYAMLError):
+        problem = ": ".join(p for p in (exc.context, exc.problem) if p) or "cannot parse"
+        mark = exc.problem_mark or exc.context_mark
+        return (mark.line + 1, mark.column + 1, problem) if mark else (None, None, problem)
+    if isinstance(exc, yaml.reader.ReaderError):  # a control character: its place is an offset
+        start = text.rfind("\n", 0, exc.position) + 1
+        return text.count("\n", 0, exc.position) + 1, exc.position - start + 1, str(exc).split("\n", 1)[0]
+    return None, None, str(exc).split("\n", 1)[0]
+
+
+def from_file(path: Path | None, flags: Mapping[str, Any] | None = None) -> AdmissionSettings:
+    """Settings from config file `path` (None: defaults) with `flags` (config keys, e.g. "port") replacing
+    its keys. ConfigError names the file when the file's own values are at fault, not a flag's."""
+    data = load_config(path) if path is not None else {}
+    flags = flags or {}
+    try:
+        return build({**data, **flags})
+    except ConfigError as exc:
+        # The file is at fault when its values alone (less those the flags replace) fail the same way:
+        # `port: 70000` in it is, `--cert` without `--key` is not.
+        if path is not None and _problem({k: v for k, v in data.items() if k not in flags}) == str(exc):
+            raise in_file(path, exc) from None
+        raise
+
+
+def rules_from_file(path: Path | None) -> tuple[verdict.Policy, frozenset[str]]:
+    """The rule policy and excluded namespaces of config file `path` (None: defaults), as `gpushare check`
+    reads them; its server keys are not checked. ConfigError names the file."""
+    data = load_config(path) if path is not None else {}
+    try:
+        return policy_from_config(data), excluded_from_config(data)
+    except ConfigError as exc:
+        if path is None:
+            raise
+        raise in_file(path, exc) from None
+
+
+def in_file(path: Path, exc: ConfigError) -> ConfigError:
+    """`exc` said of config file `path`."""
+    return ConfigError(f"config file {path}: {exc}")
+
+
+def _problem(data: Mapping[str, Any]) -> str:
+    try:
+        build(data)
+    except ConfigError as exc:
+        return str(exc)
+    return ""
 
 
 def policy_from_config(data: Mapping[str, Any]) -> verdict.Policy:

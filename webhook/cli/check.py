@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from webhook.admission import settings as admission_settings
-from webhook.cli import manifests, progress, report
-from webhook.core import annotations as ann
+from webhook.cli import flagtypes, manifests, progress, report
 from webhook.core import templates, verdict
 
 OUTPUTS = ("text", "json")
@@ -61,13 +60,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--memory-unit",
-        type=ann.memory_unit,
+        type=flagtypes.memory_unit,
         metavar="UNIT",
         help="unit of aliyun.com/gpu-mem, as the extender counts it: GiB (default), MiB or <N>MiB; "
         "messages suggest values in it",
     )
     parser.add_argument(
-        "-q", "--quiet", action="store_true", help="text output: only violations, warnings and errors"
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="text output: only denied objects, their warnings, and errors",
     )
     return parser
 
@@ -84,15 +86,14 @@ def main(argv: list[str]) -> int:
 
 
 def settings_from_args(args: argparse.Namespace) -> CheckSettings:
-    config: dict[str, Any] = admission_settings.load_config(args.config) if args.config else {}
-    policy = admission_settings.policy_from_config(config)
+    policy, excluded = admission_settings.rules_from_file(args.config)
     if args.memory_unit is not None:
         policy = dataclasses.replace(policy, memory_unit=args.memory_unit)
     return CheckSettings(
         paths=tuple(args.paths),
         output=args.output,
         policy=policy,
-        excluded_namespaces=admission_settings.excluded_from_config(config),
+        excluded_namespaces=excluded,
         quiet=args.quiet,
     )
 
@@ -122,9 +123,8 @@ def check_paths(
 ) -> report.Report:
     """Read and check every path; documents are checked as they are read and then dropped."""
     found = report.Report()
-    sources: set[str] = set()
-    for item in manifests.read_paths(paths, stdin):
-        sources.add(item.source)
+    sources: set[str] = set()  # every file read, also those without a document
+    for item in manifests.read_paths(paths, stdin, opened=sources.add):
         if line is not None and found.objects >= PROGRESS_AFTER:
             files = f" in {len(sources):,} files" if len(sources) > 1 else ""
             line.show(f"checking: {found.objects:,} objects{files}")
@@ -149,7 +149,7 @@ def check_paths(
                 continue
             if result.has_news():
                 found.results.append(result)
-    found.files = len(sources - {r.source for r in found.errors if r.line is None})
+    found.files = len(sources)
     return found
 
 

@@ -20,11 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cli import api_errors, exitcodes, helpformat
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat
 from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
 from webhook.core import accounting, gpulabels, modes, resources
-from webhook.core import annotations as ann
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest
@@ -76,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format")
     parser.add_argument(
         "--unit",
-        type=ann.memory_unit,
+        type=flagtypes.memory_unit,
         default="GiB",
         help="the cluster's gpu-mem unit, as the extender's --memory-unit",
     )

@@ -11,12 +11,13 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import yaml
 
+from webhook.admission import settings as admission_settings
 from webhook.core import jsonnumbers, templates
 
 STDIN = "-"
@@ -154,8 +155,8 @@ def _walk(path: str) -> Iterator[str | ReadError]:
         unreadable.clear()
         try:
             info = os.stat(root)
-        except OSError as err:
-            yield ReadError(root, None, f"cannot list: {err.strerror or err}")
+        except OSError as exc:  # not `err`: the loops above and below bind that name
+            yield ReadError(root, None, f"cannot list: {exc.strerror or exc}")
             dirs[:] = []
             continue
         if (info.st_dev, info.st_ino) in seen:  # a second link to a directory already walked
@@ -170,8 +171,11 @@ def _walk(path: str) -> Iterator[str | ReadError]:
         yield ReadError(err.filename or path, None, f"cannot list: {err.strerror or err}")
 
 
-def read_paths(paths: Sequence[str], stdin: BinaryIO | None = None) -> Iterator[Item]:
-    """Every document of every path, then errors in place; never raises for bad input."""
+def read_paths(
+    paths: Sequence[str], stdin: BinaryIO | None = None, opened: Callable[[str], None] | None = None
+) -> Iterator[Item]:
+    """Every document of every path, then errors in place; never raises for bad input. `opened` gets the
+    source of each file read, also of one that holds no documents (empty, comments only)."""
     for path in expand(paths):
         if isinstance(path, ReadError):
             yield path
@@ -187,6 +191,8 @@ def read_paths(paths: Sequence[str], stdin: BinaryIO | None = None) -> Iterator[
         except OSError as err:
             yield ReadError(path, None, f"cannot read: {err.strerror or err}")
             continue
+        if opened is not None:
+            opened(source)
         yield from read_bytes(source, data)
 
 
@@ -225,11 +231,9 @@ def read_text(source: str, text: str) -> Iterator[Item]:
                 yield ReadError(source, at, problem)
                 continue
             yield from _objects(source, line, obj, node, _origin(origins, line))
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        yield ReadError(source, mark.line + 1 if mark else None, f"invalid YAML: {_yaml_problem(err)}")
-    except yaml.YAMLError as err:  # e.g. a reader error on a control character
-        yield ReadError(source, None, f"invalid YAML: {err}")
+    except yaml.YAMLError as err:
+        line, _, problem = admission_settings.yaml_problem(err, text)
+        yield ReadError(source, line, f"invalid YAML: {problem}")
     except RecursionError:
         yield ReadError(source, None, "invalid YAML: nested too deeply")
     finally:
@@ -331,11 +335,6 @@ def _type_name(obj: object) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
         type(obj), type(obj).__name__
     )
-
-
-def _yaml_problem(err: yaml.MarkedYAMLError) -> str:
-    parts = [p for p in (err.context, err.problem) if p]
-    return ": ".join(parts) if parts else "cannot parse"
 
 
 # Field paths as the core writes them: `a.b[0].c[some.key/with-dots]`.

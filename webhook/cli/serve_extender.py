@@ -10,12 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-from webhook.cli import exitcodes, helpformat
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat
 from webhook.core import allocator, resources, wholecards
-from webhook.core import annotations as ann
 from webhook.extender import service
 from webhook.extender import settings as ext_settings
 from webhook.kube import client as kube_client
+from webhook.kube import errors as kube_errors
 from webhook.serving import logs
 
 
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--memory-unit",
-        type=ann.memory_unit,
+        type=flagtypes.memory_unit,
         default="GiB",
         help="unit of aliyun.com/gpu-mem: GiB, MiB, or <N>MiB matching the device plugin's MiB blocks",
     )
@@ -189,6 +189,9 @@ def main(argv: list[str]) -> int:
     kube_client.quiet_transport_logs()  # the watch and binder log their own failures, once, with context
     try:
         service.run(settings)
+    except kube_errors.ApiError as err:  # worded as `gpushare inspect` words it: no class name
+        print(f"gpushare extender: {api_errors.describe(err)}", file=sys.stderr)
+        return exitcodes.FAILURE
     except Exception as err:  # startup failures: one clear line, not a traceback
         print(f"gpushare extender: {err}", file=sys.stderr)
         return exitcodes.FAILURE

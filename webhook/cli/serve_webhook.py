@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from webhook.admission import app
 from webhook.admission import settings as admission_settings
@@ -92,14 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace) -> admission_settings.AdmissionSettings:
     """Raises ConfigError for a bad config file or value."""
-    config: dict[str, Any] = {}
-    if args.config is not None:
-        config = admission_settings.load_config(args.config)
-    for dest, key in FLAG_KEYS.items():
-        value = getattr(args, dest)
-        if value is not None:
-            config[key] = value
-    return admission_settings.build(config)
+    flags = {key: getattr(args, dest) for dest, key in FLAG_KEYS.items() if getattr(args, dest) is not None}
+    return admission_settings.from_file(args.config, flags)
 
 
 def main(argv: list[str]) -> int:

@@ -92,10 +92,8 @@ class AppServer:
         if host in ("0.0.0.0", ""):
             host = "127.0.0.1"
         elif host == "::":
-            host = "[::1]"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{self.port}"
+            host = "::1"
+        return f"{self.scheme}://{_address(host, self.port)}"
 
     @property
     def started(self) -> bool:
@@ -129,10 +127,12 @@ class AppServer:
             await asyncio.sleep(0.01)
         self.readiness.set_serving(True)
         self._serving.set()
-        log.info(
-            "serving",
-            extra={"fields": {"url": f"{self.scheme}://{self.options.host}:{self.port}"}},
-        )
+        fields = {"url": f"{self.scheme}://{_address(self.options.host, self.port)}"}
+        if self.options.tls is not None:
+            # Which files are served (absolute: the working folder is not in the log), never what is in them.
+            fields["cert"] = str(self.options.tls.cert.absolute())
+            fields["key"] = str(self.options.tls.key.absolute())
+        log.info("serving", extra={"fields": fields})
 
     def run(self) -> None:
         """Serve in this thread until SIGINT/SIGTERM (uvicorn handles the signals in the main thread)."""
@@ -215,6 +215,11 @@ def _ignore(signum: int, frame: FrameType | None) -> None:
     pass
 
 
+def _address(host: str, port: int) -> str:
+    """`host:port`, an IPv6 host in brackets as URLs write it (RFC 3986): `[::]:8443`, not `:::8443`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _bind(host: str, port: int, backlog: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and without it every
@@ -226,7 +231,7 @@ def _bind(host: str, port: int, backlog: int) -> socket.socket:
         sock.listen(backlog)
     except OSError as exc:
         sock.close()
-        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+        raise ServeError(f"cannot listen on {_address(host, port)}: {exc.strerror or exc}") from exc
     sock.set_inheritable(True)
     return sock
 
