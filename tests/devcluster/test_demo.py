@@ -7,7 +7,10 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
+import pytest
+
 from tests.devcluster.demorun import Demo
+from webhook.devcluster import demo as demo_mod
 
 TABLE = "Allocated/Total GPU Memory In Cluster (GiB):\n34/56 (60%)"
 REFUSAL = "only whole GPUs are possible with nvidia.com/gpu"
@@ -49,3 +52,18 @@ def test_sigterm_stops_every_process_and_exits_0(tmp_path: Path) -> None:
     assert demo.finish(signal.SIGTERM) == 0
     assert "Traceback" not in demo.err
     assert demo.survivors() == []
+
+
+def test_a_copy_installed_without_the_chart_names_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `pip install .` copies the package without charts/ beside it: say how to install from the checkout.
+    monkeypatch.setattr(demo_mod.helm, "CHART", tmp_path / "site-packages" / "charts" / "gpushare")
+    said: list[str] = []
+    cluster = demo_mod.choose(demo_mod.DemoSettings(), tmp_path, said.append)
+    assert type(cluster).__name__ == "StandinCluster"
+    assert any(
+        f"the chart (not at {tmp_path}/site-packages/charts/gpushare): install the package from the checkout "
+        "with pip install -e ., as bash scripts/test does" in line
+        for line in said
+    ), said

@@ -64,6 +64,22 @@ def test_unusable_inventory_exits_1(monkeypatch, capsys, tmp_path):
     assert "--fake-gpus" in capsys.readouterr().err
 
 
+def test_no_kubeconfig_exits_1_with_one_line_without_a_class_name(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("NODE_NAME", "n")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config there
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    assert serve_device_plugin.main(["--fake-gpus", "0:16", "--device-plugin-dir", str(tmp_path)]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert (
+        "gpushare device-plugin: cannot configure the Kubernetes client: no kubeconfig at ~/.kube/config"
+        in err
+    )
+    assert not any("ConfigError" in line for line in err)
+
+
 def test_a_fake_gpu_with_a_wrong_compute_capability_exits_1_naming_it(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("NODE_NAME", "n")
     monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))

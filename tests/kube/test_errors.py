@@ -171,3 +171,11 @@ def test_transport_errors_are_worded_without_urllib3_text(exc, message):
     error = errors.from_exception(exc)
     assert isinstance(error, errors.UnreachableError) and error.status == errors.TRANSPORT
     assert error.message == message
+
+
+def test_an_ipv6_api_server_is_named_in_brackets():
+    pool = urllib3.HTTPSConnectionPool("[fd00::1]", 6443)
+    refused = urllib3.exceptions.MaxRetryError(pool, "/api", REFUSED)
+    assert errors.from_exception(refused).message == (
+        "cannot reach the API server at https://[fd00::1]:6443: connection refused"
+    )

@@ -100,7 +100,11 @@ def choose(settings: DemoSettings, workdir: Path, say: Callable[[str], None]) ->
     if helm.binary() is None:
         missing.append("helm (bash scripts/install-helm)")
     if not helm.CHART.is_dir():
-        missing.append(f"the chart ({helm.CHART}; run from a checkout)")
+        # Installed with `pip install .`, the package is a copy without the chart beside it.
+        missing.append(
+            f"the chart (not at {helm.CHART}): install the package from the checkout with pip install -e ., "
+            "as bash scripts/test does"
+        )
     if bins is not None and not missing and not settings.standin:
         say(f"gpushare demo: {demo_real.description(bins)}")
         return demo_real.RealCluster(bins, workdir, say)

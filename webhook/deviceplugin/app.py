@@ -135,8 +135,8 @@ class Plugin:
             self.api = client.connect(
                 client.ClientSettings(host=settings.api_host, kubeconfig=settings.kubeconfig)
             )
-        except errors.ApiError as err:
-            raise StartError(str(err)) from None
+        except errors.ApiError as err:  # a kubeconfig or in-cluster configuration that cannot be used
+            raise StartError(err.message) from None
         self.pods = podsource.PodStore()
         self.labels = node.NodeLabels()
         self.mode = nodemode.NodeMode(self.state, settings.force_mps, settings.mps_dirs())
@@ -259,7 +259,7 @@ class Plugin:
         except registration.AlreadyRunning as err:
             self.marker.stop()  # nothing else was started
             self.api.close()  # type: ignore[no-untyped-call]
-            raise StartError(str(err)) from None
+            raise StartError(err.message) from None
         self.pod_watch.start()
         self.node_watch.start()
         self.publisher.start()

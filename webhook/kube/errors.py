@@ -110,7 +110,8 @@ def unreachable(exc: BaseException) -> UnreachableError:
     where = ""
     pool = getattr(exc, "pool", None)  # urllib3's MaxRetryError and ReadTimeoutError carry the pool
     if pool is not None and getattr(pool, "host", None):
-        where = f" at {pool.scheme}://{pool.host}:{pool.port}"
+        host = f"[{pool.host}]" if ":" in pool.host else pool.host  # urllib3 keeps IPv6 hosts unbracketed
+        where = f" at {pool.scheme}://{host}:{pool.port}"
     cause = exc.reason if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason else exc
     return UnreachableError(
         TRANSPORT, type(cause).__name__, f"cannot reach the API server{where}: {_why(cause)}"
