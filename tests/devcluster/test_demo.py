@@ -11,6 +11,7 @@ import pytest
 
 from tests.devcluster.demorun import Demo
 from webhook.devcluster import demo as demo_mod
+from webhook.devcluster import helm
 
 TABLE = "Allocated/Total GPU Memory In Cluster (GiB):\n34/56 (60%)"
 REFUSAL = "only whole GPUs are possible with nvidia.com/gpu"
@@ -58,7 +59,7 @@ def test_a_copy_installed_without_the_chart_names_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `pip install .` copies the package without charts/ beside it: say how to install from the checkout.
-    monkeypatch.setattr(demo_mod.helm, "CHART", tmp_path / "site-packages" / "charts" / "gpushare")
+    monkeypatch.setattr(helm, "CHART", tmp_path / "site-packages" / "charts" / "gpushare")
     said: list[str] = []
     cluster = demo_mod.choose(demo_mod.DemoSettings(), tmp_path, said.append)
     assert type(cluster).__name__ == "StandinCluster"

@@ -259,7 +259,7 @@ class Plugin:
         except registration.AlreadyRunning as err:
             self.marker.stop()  # nothing else was started
             self.api.close()  # type: ignore[no-untyped-call]
-            raise StartError(err.message) from None
+            raise StartError(str(err)) from None
         self.pod_watch.start()
         self.node_watch.start()
         self.publisher.start()
