@@ -14,7 +14,7 @@ from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
 from webhook.cli import serve_device_plugin, serve_extender
 from webhook.core import devices, resources
-from webhook.serving import probes
+from webhook.serving import probes, server
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"
@@ -54,6 +54,16 @@ def test_every_rendered_command_line_parses_with_the_real_cli(
     args = _container(objects, kind, suffix)["args"]
     module = importlib.import_module(f"webhook.cli.{CLI_MODULES[args[0]]}")
     module.build_parser().parse_args(args[1:])  # SystemExit(2) on an unknown flag fails the test
+
+
+@pytest.mark.parametrize("suffix", ["-webhook", "-extender"])
+def test_the_servers_listen_on_every_address_of_both_families(
+    objects: list[dict[str, Any]], suffix: str
+) -> None:
+    # The API server and kube-scheduler call the pod's IP: IPv6 in IPv6-only clusters.
+    args = _container(objects, "Deployment", suffix)["args"]
+    module = importlib.import_module(f"webhook.cli.{CLI_MODULES[args[0]]}")
+    assert module.build_parser().parse_args(args[1:]).host == server.ANY_ADDRESS
 
 
 def test_webhook_configurations_call_the_servers_routes_through_the_service(

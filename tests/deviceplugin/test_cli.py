@@ -157,6 +157,9 @@ def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apis
         apiserver.wait_for(lambda: healthz() == 200, timeout=10, what="/healthz")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
             assert b"gpushare_device_plugin_list_bytes" in reply.read()
+        # The kubelet probes the pod's IP, IPv6 in IPv6-only clusters.
+        with urllib.request.urlopen(f"http://[::1]:{port}/healthz", timeout=2) as reply:
+            assert reply.status == 200
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
         assert proc.returncode == 0, err

@@ -125,6 +125,44 @@ def test_an_ipv6_host_is_bracketed_in_the_serving_url(caplog):
         assert httpx.get(srv.url + "/").text == "hello"
 
 
+def test_every_address_serves_ipv6_and_ipv4_on_one_socket_whatever_bindv6only_says(monkeypatch):
+    # IPv6-only and dual-stack clusters give pods IPv6 addresses; IPv4 clusters IPv4 ones: "::" takes both,
+    # even where net.ipv6.bindv6only=1 would make an IPv6 socket IPv6-only.
+    real_socket = socket.socket
+
+    def v6only_by_default(*args, **kwargs):
+        sock = real_socket(*args, **kwargs)
+        if sock.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        return sock
+
+    monkeypatch.setattr(socket, "socket", v6only_by_default)
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    every = server.ServeOptions(host=server.ANY_ADDRESS, port=0, graceful_shutdown_s=1)
+    with server.AppServer(make_app(readiness, registry), every, readiness) as srv:
+        assert httpx.get(f"http://127.0.0.1:{srv.port}/").text == "hello"
+        assert httpx.get(f"http://[::1]:{srv.port}/").text == "hello"
+
+
+def test_without_ipv6_in_the_kernel_every_address_is_every_ipv4_address(monkeypatch, caplog):
+    real_socket = socket.socket
+
+    def no_ipv6(family=socket.AF_INET, *args, **kwargs):
+        if family == socket.AF_INET6:
+            raise OSError(97, "Address family not supported by protocol")
+        return real_socket(family, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "socket", no_ipv6)
+    caplog.set_level(logging.INFO, logger="webhook.serving.server")
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    every = server.ServeOptions(host=server.ANY_ADDRESS, port=0, graceful_shutdown_s=1)
+    with server.AppServer(make_app(readiness, registry), every, readiness) as srv:
+        assert httpx.get(f"http://127.0.0.1:{srv.port}/").text == "hello"
+    assert "no IPv6 on this host: listening on IPv4 only" in caplog.text
+    with pytest.raises(server.ServeError, match=r"cannot listen on \[::1\]:0: Address family not supported"):
+        server.AppServer(make_app(readiness, registry), server.ServeOptions(host="::1", port=0))
+
+
 @pytest.mark.parametrize(
     "version", [ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3], ids=["tls1.2", "tls1.3"]
 )

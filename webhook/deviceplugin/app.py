@@ -32,6 +32,7 @@ from webhook.deviceplugin import (
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
 from webhook.kube import client, errors, rest, watch
 from webhook.serving import logs
+from webhook.serving import server as http_server
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +351,11 @@ def _probe_server(plugin: Plugin, port: int) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-    httpd = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    # The kubelet probes the pod's IP, IPv6 in IPv6-only clusters: listen on both families.
+    httpd = ThreadingHTTPServer(("", port), Handler, bind_and_activate=False)
+    httpd.socket.close()
+    httpd.socket = http_server.bind_socket(http_server.ANY_ADDRESS, port, backlog=16)
+    httpd.server_address = httpd.socket.getsockname()[:2]
     httpd.daemon_threads = True
     threading.Thread(target=httpd.serve_forever, name="probes", daemon=True).start()
     return httpd
@@ -362,7 +367,7 @@ def run(settings: DevicePluginSettings) -> int:
         plugin = Plugin(settings).start()
     except SettingsError as err:
         raise StartError(str(err)) from None
-    except OSError as err:
+    except (OSError, http_server.ServeError) as err:
         raise StartError(f"cannot serve: {err}") from None
     stop = threading.Event()
 

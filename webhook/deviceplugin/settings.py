@@ -31,7 +31,7 @@ class DevicePluginSettings:
     whole_card_resource: str = resources.NVIDIA_GPU  # served beside gpu-mem, on its own endpoint
     kubeconfig: str = ""
     api_host: str = ""  # explicit API URL (tests, local runs); wins over kubeconfig
-    health_port: int = 0  # /healthz and /metrics on 0.0.0.0:<port>; 0 = off
+    health_port: int = 0  # /healthz and /metrics on every address (IPv6 and IPv4), this port; 0 = off
     allocate_wait_s: float = 3.0  # how long Allocate waits for the pod watch to show the pod
     pod_resources_socket: Path | None = DEFAULT_POD_RESOURCES  # kubelet PodResources API; None = off
     reconcile_s: float = 30.0  # reconcile with PodResources this often (and right after Allocates)

@@ -32,6 +32,8 @@ from webhook.serving import probes, protocol, tls
 
 log = logging.getLogger(__name__)
 
+ANY_ADDRESS = "::"  # every IPv6 and IPv4 address of the host (IPv4 alone where the kernel has no IPv6)
+
 
 class ServeError(Exception):
     """The server cannot start (address in use, bad host); the message says which address and why."""
@@ -62,7 +64,7 @@ class AppServer:
         self.options = options
         self.readiness = readiness or probes.Readiness()
         self.tls = tls.ReloadingContext(options.tls) if options.tls is not None else None
-        self._socket = _bind(options.host, options.port, options.backlog)
+        self._socket = bind_socket(options.host, options.port, options.backlog)
         self.port: int = self._socket.getsockname()[1]
         config = uvicorn.Config(
             app,
@@ -220,12 +222,24 @@ def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _bind(host: str, port: int, backlog: int) -> socket.socket:
+def bind_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket on `host:port` (`ANY_ADDRESS`: IPv6 and IPv4); ServeError saying why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # proto must say TCP: asyncio sets TCP_NODELAY on accepted sockets only then, and without it every
     # response whose headers and body go out in two writes waits ~40 ms for a delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    except OSError as exc:
+        if host != ANY_ADDRESS:
+            raise ServeError(f"cannot listen on {_address(host, port)}: {exc.strerror or exc}") from exc
+        # A kernel without IPv6 (booted with ipv6.disable=1): every address is every IPv4 address.
+        log.info("no IPv6 on this host: listening on IPv4 only", extra={"fields": {"host": "0.0.0.0"}})
+        return bind_socket("0.0.0.0", port, backlog)
+    try:
+        if host == ANY_ADDRESS:
+            # IPv6 and IPv4 on one socket (IPv4 as mapped addresses), whatever net.ipv6.bindv6only says:
+            # the pod's IP may be either family (IPv6-only and dual-stack clusters).
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(backlog)

@@ -1,7 +1,7 @@
 {{/* The extender's command line and RBAC rules; flags follow webhook/cli/serve_extender.py. */}}
 {{- define "gpushare.extender.args" -}}
 - extender
-- --host=0.0.0.0
+- "--host=::"
 - --port={{ .Values.extender.port }}
 - --memory-unit={{ include "gpushare.memoryUnit" . }}
 - --whole-card-resource={{ .Values.gpuResources.wholeCard }}
