@@ -250,3 +250,24 @@ def test_a_key_written_twice_in_a_mapping_is_an_error_for_that_document_only() -
         'invalid YAML: key "limits" appears twice in one mapping (kubectl refuses it)',
     )
     assert isinstance(items[1], manifests.Document) and items[1].obj["data"] == {"k": 2}  # `<<` is no repeat
+
+
+def test_a_broken_document_does_not_hide_the_documents_after_it() -> None:
+    text = (
+        "kind: Pod\nmetadata: {name: a}\n"
+        "---\nkind: Pod\nmetadata: {name: [b\n"  # an unclosed flow sequence: PyYAML's stream ends here
+        "---\nkind: Pod\nmetadata:\n  name: c\n"
+        "--- # a second broken one\nkind: Pod\nmetadata: {name: d\n  bad: : :\n"
+        "---\nkind: Pod\nmetadata: {name: e}\n"
+    )
+    items = list(manifests.read_text("x.yaml", text))
+    assert names(items) == ["a", "c", "e"]
+    assert [e.line for e in errors(items)] == [6, 13]
+    docs = [i for i in items if isinstance(i, manifests.Document)]
+    assert [d.line for d in docs] == [1, 7, 15]  # lines as in the file, after the resumed parts too
+
+
+def test_a_broken_last_document_ends_the_file_with_one_error() -> None:
+    items = list(manifests.read_text("x.yaml", "kind: Pod\nmetadata: {name: a}\n---\nkind: [Pod\n"))
+    assert names(items) == ["a"]
+    assert len(errors(items)) == 1

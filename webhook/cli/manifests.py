@@ -11,7 +11,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -218,6 +218,28 @@ def read_text(source: str, text: str) -> Iterator[Item]:
             return
         # Not JSON after all (YAML flow style): YAML parses it or says where it breaks.
     origins = _helm_origins(text) if "# Source: " in text else []
+    lines = text.split("\n")
+    start = 0
+    while True:
+        # The stream from line `start` on, blank lines above it keeping every mark's line number.
+        broken = yield from _read_yaml(source, "\n" * start + "\n".join(lines[start:]), origins)
+        if broken is None:
+            return
+        # A syntax error ends PyYAML's stream: go on at the next document marker after it (a line
+        # starting with `---` always starts a document, even inside a block scalar).
+        start = next((i for i in range(max(broken, start + 1), len(lines)) if _MARKER.match(lines[i])), -1)
+        if start < 0:
+            return
+
+
+_MARKER = re.compile(r"---(?:[ \t]|$)")
+
+
+def _read_yaml(
+    source: str, text: str, origins: list[tuple[int, str | None]]
+) -> Generator[Item, None, int | None]:
+    """The documents of YAML stream `text`; returns the 0-based line of a syntax error that ended it
+    (None when it was read to its end, or cannot be resumed)."""
     loader = _Loader(text)
     try:
         while loader.check_node():
@@ -234,10 +256,12 @@ def read_text(source: str, text: str) -> Iterator[Item]:
     except yaml.YAMLError as err:
         line, _, problem = admission_settings.yaml_problem(err, text)
         yield ReadError(source, line, f"invalid YAML: {problem}")
+        return None if line is None else line - 1
     except RecursionError:
         yield ReadError(source, None, "invalid YAML: nested too deeply")
     finally:
         loader.dispose()
+    return None
 
 
 def _repeated_key(root: Any) -> tuple[str, int] | None:
