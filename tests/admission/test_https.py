@@ -7,6 +7,7 @@ import json
 import logging
 import ssl
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -226,3 +227,13 @@ def test_an_existing_certificate_is_kept_and_a_missing_dns_name_is_only_warned_a
     assert app.prepare_certs(cfg, datetime.now(UTC)) == cert_dir.serving
     assert cert_dir.serving.cert.read_bytes() == before
     assert any("lacks some DNS names" in r.getMessage() for r in caplog.records)
+
+
+def test_generated_certificates_are_logged_with_their_absolute_folder(tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    cfg = settings.build(overrides={"cert_dir": Path("certs")})
+    caplog.set_level(logging.INFO, logger="webhook.admission")
+    files = app.prepare_certs(cfg, datetime.now(UTC))
+    assert files.exist()
+    [record] = [r for r in caplog.records if "generated a development CA" in r.getMessage()]
+    assert record.fields == {"dir": str(tmp_path / "certs")}

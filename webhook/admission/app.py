@@ -194,7 +194,7 @@ def prepare_certs(settings: AdmissionSettings, now: datetime) -> tls.TlsFiles:
         tls.write_cert_dir(settings.cert_dir, now, dns_names=dns_names)
         log.info(
             "generated a development CA and serving certificate",
-            extra={"fields": {"dir": str(settings.cert_dir)}},
+            extra={"fields": {"dir": str(settings.cert_dir.resolve())}},
         )
     elif not files.exist():
         raise tls.TlsError(f"{settings.cert_dir} holds only one of {tls.CERT_FILE} and {tls.KEY_FILE}")
