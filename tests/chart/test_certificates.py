@@ -78,7 +78,7 @@ def test_self_managed_hook_job_pairs_the_secret_and_the_rendered_configurations(
         )  # no cluster to look up: the Job sets it
         apiserver.put(config)
     job = render.find(objects, "Job", "-certgen")
-    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "ensure-certs"
     module = importlib.import_module("webhook.cli.ensure_certs")
@@ -201,14 +201,19 @@ def test_the_pre_hook_only_creates_missing_secrets_and_the_post_hook_renews_and_
     post = jobs[f"{render.RELEASE}-gpushare-certgen"]
     renew = jobs[f"{render.RELEASE}-gpushare-certgen-renew"]
     assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
-    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
     def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
         spec = obj["spec"].get("jobTemplate", obj)["spec"]["template"]["spec"]
         return list(spec["containers"])
 
-    assert [c["name"] for c in containers(pre)] == ["ensure-certs", "ensure-extender-certs"]
-    for container in containers(pre):
-        assert ensure_certs.build_parser().parse_args(container["args"][1:]).create_only
-    for container in [*containers(post), *containers(renew)]:
-        assert not ensure_certs.build_parser().parse_args(container["args"][1:]).create_only
+    assert post["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade,post-rollback"
+
+    def create_only(container: dict[str, Any]) -> bool:
+        return bool(ensure_certs.build_parser().parse_args(container["args"][1:]).create_only)
+
+    # The extender's Secret is kept whole before the Deployments roll: no caBundle holds its CA.
+    assert [(c["name"], create_only(c)) for c in containers(pre)] == [
+        ("ensure-certs", True),
+        ("ensure-extender-certs", False),
+    ]
+    assert not any(create_only(c) for c in [*containers(post), *containers(renew)])

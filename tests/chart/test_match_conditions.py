@@ -105,3 +105,18 @@ def test_the_evaluator_rejects_what_it_does_not_understand() -> None:
         cel.evaluate("object.spec.size() > 1", {"object": {"spec": {}}})
     with pytest.raises(cel.CelError):
         cel.evaluate("object.missing.field", {"object": {}})
+
+
+def test_the_update_condition_reads_the_keys_the_webhooks_config_file_names() -> None:
+    # extraConfig is merged into the config file last: the condition must watch the keys the rules read.
+    extra = {
+        "isolation": {"annotationKey": "example.com/isolation"},
+        "resources": {"count": "example.com/count"},
+    }
+    objects = render.render({"webhook": {"extraConfig": extra}})
+    hook = render.find(objects, "ValidatingWebhookConfiguration")["webhooks"][0]
+    (update,) = [c for c in hook["matchConditions"] if c["name"] == "update-changes-what-the-rules-read"]
+    assert "'example.com/isolation'" in update["expression"] and "'example.com/count'" in update["expression"]
+    assert "'cgpu.disable.isolation'" not in update["expression"]
+    (asks,) = [c for c in hook["matchConditions"] if c["name"] == "asks-for-gpu"]
+    assert "'example.com/count'" in asks["expression"]

@@ -167,9 +167,15 @@ def test_updates_that_leave_what_the_rules_read_never_reach_the_webhook(bed: Bed
     # What the rules read: the gpu-count label, the pod template.
     _patch(bed, "pods", "updated", ns, {"metadata": {"labels": {resources.GPU_COUNT: "1"}}})
     assert _reviews(bed) == before + 1
+    # An empty value is not an absent one: the rules refuse "" (and the webhook says so).
+    for key in (resources.ISOLATION_KEY, "gpushare.aliyun.com/compute-percent"):
+        with pytest.raises(errors.ApiError) as caught:
+            _patch(bed, "pods", "updated", ns, {"metadata": {"annotations": {key: ""}}})
+        assert "denied the request" in caught.value.message, key
+    assert _reviews(bed) == before + 3
     template = {"spec": {"template": {"metadata": {"labels": {"app": "scaled", "v": "2"}}}}}
     _patch(bed, "deployments", "scaled", ns, template, group="apps")
-    assert _reviews(bed) == before + 2
+    assert _reviews(bed) == before + 4
 
 
 def test_with_the_webhook_down_gpu_pods_fail_closed_and_others_are_created(bed: Bed, ns: str) -> None:

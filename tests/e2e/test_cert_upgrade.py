@@ -1,5 +1,6 @@
-"""`helm upgrade` with self-managed certificates, hooks and all, against the real API server: an upgrade
-that renews the webhook's certificate never leaves the API server trusting a CA the Secret no longer holds.
+"""`helm upgrade` and `helm rollback` with self-managed certificates, hooks and all, against the real API
+server: an upgrade that renews the webhook's certificate never leaves the API server trusting a CA the
+Secret no longer holds, and a rollback ends trusting it.
 
 Helm renders the webhook configurations (their caBundle from `lookup`) before the pre-upgrade hook runs
 and applies them after it: a renewal made in that hook would be reverted to the rendered bundle until the
@@ -93,9 +94,23 @@ def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
         )
         upgrading.append(True)
         run("upgrade", RELEASE)
+        upgrading.clear()
         assert _secret_ca(api) != first_ca, "the upgrade's hooks renewed nothing"
         assert _untrusted(api) == []
         assert seen == [f"{RELEASE}-gpushare-certgen"]  # the check ran, at the post-upgrade hook
+        # A rollback applies the first revision's rendered caBundle (none): its post-rollback hook
+        # puts the Secret's CA back.
+        done = subprocess.run(
+            [binary, "rollback", RELEASE, "1", "--namespace", NAMESPACE, "--timeout", "120s"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert hooks.errors == []
+        assert _untrusted(api) == []
     finally:
         hooks.stop()
         api.close()

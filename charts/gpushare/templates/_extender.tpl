@@ -154,7 +154,7 @@ projected:
 
 {{/* The ensure-certs container that keeps the extender's Secret (selfManaged). */}}
 {{- define "gpushare.extender.certgenContainer" -}}
-{{- $root := .root -}}
+{{- $root := . -}}
 {{- $c := $root.Values.certificates.selfManaged -}}
 - name: ensure-extender-certs
   image: {{ include "gpushare.image" $root }}
@@ -171,9 +171,6 @@ projected:
     - --valid-days={{ $c.validityDays }}
     - --renew-before-days={{ $c.renewBeforeDays }}
     - --log-format={{ $root.Values.logFormat }}
-    {{- if .createOnly }}
-    - --create-only
-    {{- end }}
   resources:
     {{- toYaml $c.resources | nindent 4 }}
   securityContext:

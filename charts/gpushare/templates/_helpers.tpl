@@ -176,7 +176,7 @@ by iterating the map (contracts §2.2).
 {{- define "gpushare.cel.asksForGpu" -}}
 {{- $root := index . 0 -}}
 {{- $path := index . 1 -}}
-{{- $g := $root.Values.gpuResources -}}
+{{- $g := (include "gpushare.webhook.config" $root | fromYaml).resources -}}
 {{- $names := list -}}
 {{- range (concat (list $g.memory $g.count) $g.wholeDevice) }}{{ $names = append $names (printf "'%s'" .) }}{{ end -}}
 {{- $key := printf "k in [%s]" (join ", " $names) -}}
@@ -206,20 +206,22 @@ matchConditions:
 
 {{/*
 CEL: what the rules read differs between object and oldObject. (list $ "pod"): the pod's spec, its
-gpu-count label, its isolation and compute-percent annotations (pod metadata changes beside those, such
-as the extender's placement annotations, cannot change a verdict). (list $ "spec.template") and the like:
+gpu-count label, its isolation and compute-percent annotations, as the webhook's config file names them
+(pod metadata changes beside those, such as the extender's placement annotations, cannot change a verdict). (list $ "spec.template") and the like:
 that part of the object, the pod template whole.
 */}}
 {{- define "gpushare.cel.changed" -}}
 {{- $root := index . 0 -}}
 {{- $what := index . 1 -}}
 {{- if eq $what "pod" -}}
-{{- $keys := list (list "labels" $root.Values.gpuResources.count) (list "annotations" $root.Values.webhook.isolation.annotationKey) (list "annotations" "gpushare.aliyun.com/compute-percent") -}}
+{{- $cfg := include "gpushare.webhook.config" $root | fromYaml -}}
+{{- $keys := list (list "labels" $cfg.resources.count) (list "annotations" $cfg.isolation.annotationKey) (list "annotations" "gpushare.aliyun.com/compute-percent") -}}
 {{- $diffs := list "object.spec != oldObject.spec" -}}
 {{- range $keys -}}
 {{- $field := index . 0 -}}{{- $key := index . 1 -}}
-{{- $new := printf "(has(object.metadata.%s) && '%s' in object.metadata.%s ? object.metadata.%s['%s'] : '')" $field $key $field $field $key -}}
-{{- $old := printf "(has(oldObject.metadata.%s) && '%s' in oldObject.metadata.%s ? oldObject.metadata.%s['%s'] : '')" $field $key $field $field $key -}}
+{{- /* [value] or [] when absent: an empty value is not the same as none (the rules refuse ""). */ -}}
+{{- $new := printf "(has(object.metadata.%s) && '%s' in object.metadata.%s ? [object.metadata.%s['%s']] : [])" $field $key $field $field $key -}}
+{{- $old := printf "(has(oldObject.metadata.%s) && '%s' in oldObject.metadata.%s ? [oldObject.metadata.%s['%s']] : [])" $field $key $field $field $key -}}
 {{- $diffs = append $diffs (printf "%s != %s" $new $old) -}}
 {{- end -}}
 {{- join " || " $diffs -}}
@@ -290,7 +292,10 @@ containers:
       {{- include "gpushare.securityContext" $root | nindent 6 }}
   {{- end }}
   {{- if $root.Values.extender.enabled }}
-  {{- include "gpushare.extender.certgenContainer" (dict "root" $root "createOnly" .createOnly) | nindent 2 }}
+  {{- /* Always whole: the extender's CA stays across renewals and lives in no caBundle Helm renders, so
+  renewing before the Deployments roll is what they need (a Secret lacking the client pair would keep
+  them from starting, and helm --wait from reaching the post-upgrade hook). */}}
+  {{- include "gpushare.extender.certgenContainer" $root | nindent 2 }}
   {{- end }}
 {{- with $root.Values.webhook.nodeSelector }}
 nodeSelector:
@@ -303,7 +308,7 @@ tolerations:
 {{- end }}
 
 {{- define "gpushare.certgen.hookAnnotations" -}}
-helm.sh/hook: {{ .hook | default "pre-install,pre-upgrade,post-install,post-upgrade" }}
+helm.sh/hook: {{ .hook | default "pre-install,pre-upgrade,post-install,post-upgrade,post-rollback" }}
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
