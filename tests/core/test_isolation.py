@@ -365,6 +365,9 @@ def test_a_term_without_a_node_name_leaves_the_pod_to_the_scheduler():
         _terms(_on_node("n1"), {"matchExpressions": [{"key": "zone", "operator": "Exists"}]}),
         _terms({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["n1"]}]}),
         _terms({"matchFields": [{"key": "metadata.name", "operator": "In", "values": []}]}),
+        # Several nodes, in one term or across terms: the scheduler still chooses among them.
+        _terms({"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1", "n2"]}]}),
+        _terms(_on_node("n1"), _on_node("n2")),
     ):
         assert decide(ctr(), spec_extra={"affinity": terms}).value == "false"
 

@@ -168,7 +168,7 @@ def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinit
         # Terms are ORed: one that leaves the key alone allows every value.
         allowed |= values
         nodes.append(_pinned_node(term))
-    pinned = nodes[0] if nodes and None not in nodes else None
+    pinned = nodes[0] if nodes and None not in nodes and len(set(nodes)) == 1 else None
     return _Affinity(allowed if named else None, pinned)
 
 
@@ -197,8 +197,9 @@ def _term_values(term: Mapping[str, Any], key: str, term_path: str) -> tuple[set
 
 
 def _pinned_node(term: Mapping[str, Any]) -> str | None:
-    """The first node a term's `matchFields: metadata.name In [...]` names: how the DaemonSet controller
-    places its pods (k8s.io/kubernetes pkg/controller/daemon/util ReplaceDaemonSetPodNodeNameNodeAffinity)."""
+    """The one node a term's `matchFields: metadata.name In [node]` names: how the DaemonSet controller
+    places its pods (k8s.io/kubernetes pkg/controller/daemon/util ReplaceDaemonSetPodNodeNameNodeAffinity).
+    Several names leave the scheduler a choice: no pin."""
     fields = term.get("matchFields")
     for expr in fields if isinstance(fields, list) else ():
         if not isinstance(expr, templates.OBJECT):
@@ -208,7 +209,7 @@ def _pinned_node(term: Mapping[str, Any]) -> str | None:
             expr.get("key") == "metadata.name"
             and expr.get("operator") == "In"
             and isinstance(values, list)
-            and values
+            and len(values) == 1
             and isinstance(values[0], str)
         ):
             return values[0]
