@@ -105,6 +105,33 @@ def test_a_head_past_the_limit_in_a_single_read_gets_a_431(srv, head):
     assert answers(data) == [b"HTTP/1.1 431 Request Header Fields Too Large"]
 
 
+def test_a_head_begun_in_a_read_that_ended_another_request_is_weighed_whole(srv):
+    # The first read ends a whole request and begins the next one's head: counted for neither.
+    big = b"POST / HTTP/1.1\r\nHost: x\r\nX-A: " + b"a" * 6000
+    with connect(srv) as sock:
+        data = stream(sock, iter([WHOLE + big, b"\r\nContent-Length: 2\r\n\r\n{}"]))
+    assert answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 431 Request Header Fields Too Large"]
+
+
+def test_trailers_past_the_limit_in_a_single_read_are_refused(srv):
+    body = b"2\r\n{}\r\n0\r\n" + b"".join(b"X-T%d: %s\r\n" % (i, b"t" * 200) for i in range(100)) + b"\r\n"
+    with connect(srv) as sock:
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + body)
+        data, _ = timed_read(sock)
+    assert answers(data) == [b"HTTP/1.1 400 Bad Request"]
+    assert data.endswith(b'{"error":"too many bytes of chunk lines and trailers"}')
+
+
+def test_small_trailers_are_served(srv):
+    body = b"2\r\n{}\r\n0\r\nX-Checksum: abc\r\n\r\n"
+    with connect(srv) as sock:
+        sock.sendall(
+            b"POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n" + body
+        )
+        data, _ = timed_read(sock)
+    assert answers(data) == [b"HTTP/1.1 200 OK"]
+
+
 def test_a_large_body_in_a_single_read_is_served(srv):
     body = b"[" + b"1," * 5000 + b"1]"
     with connect(srv) as sock:
