@@ -3,6 +3,7 @@ by the client CA, probes and metrics stay open, the client CA reloads, and a fol
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -239,3 +240,28 @@ def test_an_unreadable_forward_certificate_is_named_in_the_bind_error(extender, 
     result = forwarder.bind(extender.url, b"{}")
     assert result.outcome == forward.UNREACHABLE
     assert f"client certificate {missing} with key {pki.client_key}" in result.error
+
+
+def test_a_forward_certificate_the_client_names_refuse_fails_the_start_saying_why(cluster, pki, tmp_path):
+    # kube-scheduler presents the same pair: with another CN every filter and bind would get 403.
+    ca = certificates.generate_ca("extender-ca", NOW)
+    other = _write(tmp_path, "other", certificates.generate_client(ca, "my-scheduler", [], NOW))
+    settings = ExtenderSettings(
+        host="127.0.0.1",
+        port=0,
+        tls_cert=pki.cert,
+        tls_key=pki.key,
+        client_ca=pki.ca,
+        client_names=("gpushare-scheduler",),
+        forward_cert=other[0],
+        forward_key=other[1],
+    )
+    with pytest.raises(tls.TlsError) as caught:
+        Extender(settings, cluster.new_client())
+    assert str(caught.value) == (
+        f"the client certificate {other[0]} is issued to CN='my-scheduler', but --client-name accepts only "
+        "gpushare-scheduler: kube-scheduler presents the same certificate (set the chart's "
+        "extender.tls.clientName to its CN, or issue it for that name)"
+    )
+    accepted = dataclasses.replace(settings, client_names=("gpushare-scheduler", "my-scheduler"))
+    Extender(accepted, cluster.new_client()).start().stop()

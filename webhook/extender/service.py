@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from webhook.core import certificates
 from webhook.extender import app as app_mod
 from webhook.extender import forward
 from webhook.extender.binder import Binder, KubeBindingApi
@@ -66,6 +67,7 @@ class Extender:
             raise ValueError("a client CA needs a serving certificate: client certificates need HTTPS")
         if settings.client_ca is None:
             log.warning("no client CA: anyone who reaches this port can bind pods (serve with --client-ca)")
+        _check_own_client_name(settings)
         self.server = AppServer(
             app_mod.build_app(self.app),
             ServeOptions(host=settings.host, port=settings.port, tls=serving_tls),
@@ -162,3 +164,22 @@ def run(settings: ExtenderSettings) -> None:
             extender.stop_feeds()
     finally:
         api.close()  # type: ignore[no-untyped-call]
+
+
+def _check_own_client_name(settings: ExtenderSettings) -> None:
+    """Refuse to start when the client certificate this replica forwards with (the pair kube-scheduler
+    presents too, from the same Secret) carries a name `--client-name` does not accept: every filter and
+    bind would get 403, with nothing saying why at start (a provided certificate of another CN)."""
+    if not settings.client_names or settings.forward_cert is None:
+        return
+    try:
+        name = certificates.common_name(Path(settings.forward_cert).read_bytes())
+    except OSError as err:
+        raise tls.TlsError(f"cannot read {settings.forward_cert}: {err.strerror or err}") from None
+    if name not in settings.client_names:
+        accepted = ", ".join(settings.client_names)
+        raise tls.TlsError(
+            f"the client certificate {settings.forward_cert} is issued to CN={name!r}, but --client-name "
+            f"accepts only {accepted}: kube-scheduler presents the same certificate (set the chart's "
+            "extender.tls.clientName to its CN, or issue it for that name)"
+        )
