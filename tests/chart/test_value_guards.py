@@ -116,7 +116,11 @@ def test_valid_names_still_render(tmp_path: Path) -> None:
     values = {
         "webhook": {"optOutLabel": "example.com/skip-gpu"},
         "devicePlugin": {"legacyNodeLabels": {"example.com/gpu-pool": "shared_1"}},
-        "gpuResources": {"wholeDevice": ["example.com/gpu"], "wholeDevicePrefixes": ["example.com/slice-"]},
+        # A vendor-wide prefix ("amd.com/") is one the webhook accepts too.
+        "gpuResources": {
+            "wholeDevice": ["example.com/gpu"],
+            "wholeDevicePrefixes": ["example.com/slice-", "amd.com/"],
+        },
     }
     objects = render.render(None, "-f", _values_file(tmp_path, values))
     terms = render.find(objects, "DaemonSet", "-device-plugin")["spec"]["template"]["spec"]["affinity"]

@@ -135,8 +135,11 @@ def test_linked_directories_are_walked_once_and_a_link_loop_ends(tmp_path: Path)
     (tree / "base").symlink_to(shared)  # e.g. a kustomize base linked in
     (tree / "again").symlink_to(shared)
     (tree / "loop").symlink_to(tree)
+    (tree / "z-link.yaml").symlink_to(shared / "pod.yaml")  # the same file again: its objects once
+    (tree / "broken.yaml").symlink_to(tmp_path / "nowhere.yaml")  # read, and reported unreadable
     found = [os.path.relpath(str(p), tmp_path) for p in manifests.expand([str(tree)])]
-    assert found == ["tree/again/pod.yaml"]  # "again" sorts first; "base" is the same directory
+    # A folder's files come before its subfolders': the link is read, the same file under again/ is not.
+    assert found == ["tree/broken.yaml", "tree/z-link.yaml"]
 
 
 def test_a_directory_that_cannot_be_listed_is_an_error_not_skipped(

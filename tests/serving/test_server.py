@@ -157,7 +157,8 @@ def test_without_ipv6_in_the_kernel_every_address_is_every_ipv4_address(monkeypa
     readiness, registry = probes.Readiness(), CollectorRegistry()
     every = server.ServeOptions(host=server.ANY_ADDRESS, port=0, graceful_shutdown_s=1)
     with server.AppServer(make_app(readiness, registry), every, readiness) as srv:
-        assert httpx.get(f"http://127.0.0.1:{srv.port}/").text == "hello"
+        assert srv.url == f"http://127.0.0.1:{srv.port}"
+        assert httpx.get(srv.url + "/").text == "hello"
     assert "no IPv6 on this host: listening on IPv4 only" in caplog.text
     with pytest.raises(server.ServeError, match=r"cannot listen on \[::1\]:0: Address family not supported"):
         server.AppServer(make_app(readiness, registry), server.ServeOptions(host="::1", port=0))

@@ -166,7 +166,15 @@ def _walk(path: str) -> Iterator[str | ReadError]:
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
             if name.endswith(EXTENSIONS) and not name.startswith("."):
-                yield os.path.join(root, name)
+                file = os.path.join(root, name)
+                try:
+                    key = os.stat(file)
+                except OSError:  # a broken link: reading it says why
+                    yield file
+                    continue
+                if (key.st_dev, key.st_ino) not in seen:  # a link to a file already read: its objects once
+                    seen.add((key.st_dev, key.st_ino))
+                    yield file
     for err in unreadable:  # the last directory listed may fail after the walk's final step
         yield ReadError(err.filename or path, None, f"cannot list: {err.strerror or err}")
 
