@@ -122,6 +122,18 @@ def test_trailers_past_the_limit_in_a_single_read_are_refused(srv):
     assert data.endswith(b'{"error":"too many bytes of chunk lines and trailers"}')
 
 
+def test_a_request_pipelined_after_refused_trailers_never_runs(srv):
+    trailers = b"".join(b"X-T%d: %s\r\n" % (i, b"t" * 200) for i in range(100)) + b"\r\n"
+    refused = b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n" + trailers
+    after = b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+    with connect(srv) as sock:
+        sock.sendall(WHOLE + refused + after)
+        data, _ = timed_read(sock)
+    # The whole request's answer, then the refusal and a close: nothing answers the one behind it.
+    assert answers(data) == [b"HTTP/1.1 200 OK", b"HTTP/1.1 400 Bad Request"]
+    assert data.endswith(b'{"error":"too many bytes of chunk lines and trailers"}')
+
+
 def test_small_trailers_are_served(srv):
     body = b"2\r\n{}\r\n0\r\nX-Checksum: abc\r\n\r\n"
     with connect(srv) as sock:

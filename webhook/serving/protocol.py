@@ -150,8 +150,9 @@ class GuardedProtocol(HttpToolsProtocol):
             trailers
             and _head_bytes(self.url, self.headers) > 2 * self.limits.max_header_bytes + 2 * self._body
         ):
-            self._refuse(_FRAMING_TOO_LARGE)
-            return
+            # Raised, not refused here: the parser must stop, or requests pipelined after this one run.
+            self._reason = _FRAMING_TOO_LARGE
+            raise _Refused
         self._reading = self._in_body = False
         self._ended = True
         super().on_message_complete()
