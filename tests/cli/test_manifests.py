@@ -274,3 +274,36 @@ def test_a_broken_last_document_ends_the_file_with_one_error() -> None:
     items = list(manifests.read_text("x.yaml", "kind: Pod\nmetadata: {name: a}\n---\nkind: [Pod\n"))
     assert names(items) == ["a"]
     assert len(errors(items)) == 1
+
+
+def _configmap(name: str) -> str:
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n"
+
+
+def test_reading_resumes_in_crlf_files_and_after_yamls_other_line_breaks() -> None:
+    crlf = (_configmap("a") + "---\nx: [\n---\n" + _configmap("c")).replace("\n", "\r\n")
+    assert names(list(manifests.read_text("x.yaml", crlf))) == ["a", "c"]
+    # YAML counts NEL (and LS, PS) as line breaks: the resume must count lines the same way.
+    nel = (
+        _configmap("a")
+        + '---\nx: "a\x85b\x85c\x85d\x85e"\ny: [\n---\n'
+        + _configmap("c")
+        + "---\n"
+        + _configmap("d")
+    )
+    assert names(list(manifests.read_text("x.yaml", nel))) == ["a", "c", "d"]
+
+
+def test_a_document_broken_on_its_own_marker_line_is_one_error() -> None:
+    text = _configmap("a") + "--- @bad\n---\n" + _configmap("c")
+    items = list(manifests.read_text("x.yaml", text))
+    assert names(items) == ["a", "c"]
+    assert [e.line for e in errors(items)] == [5]
+
+
+def test_a_control_character_is_placed_at_its_line_after_non_ascii_text() -> None:
+    # libyaml reports the place in UTF-8 bytes: counted as characters, the line would be far too late.
+    text = _configmap("a") + "---\n# " + "中文注释" * 200 + "\ndata: \x01\n---\n" + _configmap("c")
+    items = list(manifests.read_text("x.yaml", text))
+    assert [e.line for e in errors(items)] == [7]
+    assert "c" in names(items)

@@ -18,7 +18,8 @@ from typing import Any, BinaryIO
 import yaml
 
 from webhook.admission import settings as admission_settings
-from webhook.core import jsonnumbers, templates
+from webhook.cli import yamlnodes
+from webhook.core import jsonnumbers
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"
@@ -60,7 +61,7 @@ class Document:
             node, offset = self.node.resolve(), self.node.offset
         else:
             node, offset = self.node, 0
-        return _node_line(node, path) + offset if node is not None else self.line
+        return yamlnodes.line_of(node, path) + offset if node is not None else self.line
 
 
 class _JsonNode:
@@ -86,7 +87,7 @@ class _JsonNode:
             if self.parent is not None:
                 node = self.parent.resolve()
                 for step in self.steps:
-                    node = _child(node, step) if node is not None else None
+                    node = yamlnodes.child(node, step) if node is not None else None
                 self._node = node
             elif self.span is not None:
                 text, start, end = self.span
@@ -226,34 +227,41 @@ def read_text(source: str, text: str) -> Iterator[Item]:
             return
         # Not JSON after all (YAML flow style): YAML parses it or says where it breaks.
     origins = _helm_origins(text) if "# Source: " in text else []
-    lines = text.split("\n")
-    start = 0
+    starts = [0, *(m.end() for m in _BREAK.finditer(text))]  # where each line begins, as YAML counts
+    start, last = 0, None
     while True:
         # The stream from line `start` on, blank lines above it keeping every mark's line number.
-        broken = yield from _read_yaml(source, "\n" * start + "\n".join(lines[start:]), origins)
+        broken, error = yield from _read_yaml(source, "\n" * start + text[starts[start] :], origins)
+        if error is not None and error != last:  # a document broken on its own `---` line: said once
+            yield error
+        last = error
         if broken is None:
             return
         # A syntax error ends PyYAML's stream: go on at the next document marker after it (a line
         # starting with `---` always starts a document, even inside a block scalar).
-        start = next((i for i in range(max(broken, start + 1), len(lines)) if _MARKER.match(lines[i])), -1)
+        following = range(max(broken, start + 1), len(starts))
+        start = next((i for i in following if _MARKER.match(text, starts[i])), -1)
         if start < 0:
             return
 
 
-_MARKER = re.compile(r"---(?:[ \t]|$)")
+# YAML's line breaks (PyYAML and libyaml count these), and a document marker ending at one.
+_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
+_MARKER = re.compile("---(?=[ \t\r\n\x85\u2028\u2029]|\\Z)")
 
 
 def _read_yaml(
     source: str, text: str, origins: list[tuple[int, str | None]]
-) -> Generator[Item, None, int | None]:
+) -> Generator[Item, None, tuple[int | None, ReadError | None]]:
     """The documents of YAML stream `text`; returns the 0-based line of a syntax error that ended it
-    (None when it was read to its end, or cannot be resumed)."""
+    (None when it was read to its end, or cannot be resumed) and that error."""
     loader = _Loader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
             line = node.start_mark.line + 1
-            repeated = _repeated_key(node)  # before constructing: that merges `<<` keys into the node
+            # Before constructing: that merges `<<` keys into the node.
+            repeated = yamlnodes.repeated_key(node)
             obj = loader.construct_document(node)
             if repeated is not None:  # PyYAML keeps the last value; kubectl refuses the document
                 key, at = repeated
@@ -262,37 +270,18 @@ def _read_yaml(
                 continue
             yield from _objects(source, line, obj, node, _origin(origins, line))
     except yaml.YAMLError as err:
+        if isinstance(err, yaml.reader.ReaderError) and _BaseLoader is not yaml.SafeLoader:
+            # libyaml gives the bad character's place in UTF-8 bytes; the line is counted in characters.
+            err.position = len(
+                text.encode("utf-8", "surrogatepass")[: err.position].decode("utf-8", "ignore")
+            )
         line, _, problem = admission_settings.yaml_problem(err, text)
-        yield ReadError(source, line, f"invalid YAML: {problem}")
-        return None if line is None else line - 1
+        return (None if line is None else line - 1), ReadError(source, line, f"invalid YAML: {problem}")
     except RecursionError:
-        yield ReadError(source, None, "invalid YAML: nested too deeply")
+        return None, ReadError(source, None, "invalid YAML: nested too deeply")
     finally:
         loader.dispose()
-    return None
-
-
-def _repeated_key(root: Any) -> tuple[str, int] | None:
-    """The first key written twice in one mapping of a YAML document, with its second line; None when
-    there is none. Walked without recursion, each node once (aliases share nodes)."""
-    seen_nodes: set[int] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen_nodes:
-            continue
-        seen_nodes.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            keys: set[str] = set()
-            for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
-                    if key.value in keys:
-                        return templates.printable(key.value, 60), key.start_mark.line + 1
-                    keys.add(key.value)
-                stack.append(value)
-        elif isinstance(node, yaml.SequenceNode):
-            stack.extend(node.value)
-    return None
+    return None, None
 
 
 def _read_json(source: str, text: str) -> list[Item] | ReadError:
@@ -336,9 +325,9 @@ def _objects(source: str, line: int, obj: Any, node: Any, origin: str | None) ->
                     source, line, item, _JsonNode(None, node.offset, node, ("items", i)), origin
                 )
             return
-        item_nodes = _child(node, "items") if node is not None else None
+        item_nodes = yamlnodes.child(node, "items") if node is not None else None
         for i, item in enumerate(items):
-            item_node = _child(item_nodes, i) if item_nodes is not None else None
+            item_node = yamlnodes.child(item_nodes, i) if item_nodes is not None else None
             item_line = item_node.start_mark.line + 1 if item_node is not None else line
             yield from _objects(source, item_line, item, item_node, origin)
         return
@@ -367,38 +356,3 @@ def _type_name(obj: object) -> str:
     return {list: "list", str: "string", int: "number", float: "number", bool: "boolean"}.get(
         type(obj), type(obj).__name__
     )
-
-
-# Field paths as the core writes them: `a.b[0].c[some.key/with-dots]`.
-_PATH_PART = re.compile(r"([^.\[\]]+)|\[([^\]]*)\]")
-
-
-def _node_line(node: Any, path: str) -> int:
-    line: int = node.start_mark.line + 1
-    for m in _PATH_PART.finditer(path):
-        key: str | int = m.group(1) if m.group(1) is not None else m.group(2)
-        if isinstance(node, yaml.SequenceNode) and isinstance(key, str) and key.isdigit():
-            key = int(key)
-        found = _entry(node, key)
-        if found is None:
-            break
-        at, node = found
-        line = at.start_mark.line + 1
-    return line
-
-
-def _child(node: Any, key: str | int) -> Any:
-    """The value node under `key` of a mapping node, or item `key` of a sequence node; else None."""
-    found = _entry(node, key)
-    return found[1] if found is not None else None
-
-
-def _entry(node: Any, key: str | int) -> tuple[Any, Any] | None:
-    """(node to point at, value node): a mapping's key node, so a finding points at the key's line."""
-    if isinstance(node, yaml.MappingNode) and isinstance(key, str):
-        for k, v in node.value:
-            if isinstance(k, yaml.ScalarNode) and k.value == key:
-                return k, v
-    elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and 0 <= key < len(node.value):
-        return node.value[key], node.value[key]
-    return None
