@@ -265,3 +265,7 @@ def test_a_forward_certificate_the_client_names_refuse_fails_the_start_saying_wh
     )
     accepted = dataclasses.replace(settings, client_names=("gpushare-scheduler", "my-scheduler"))
     Extender(accepted, cluster.new_client()).start().stop()
+    garbage = tmp_path / "garbage.crt"
+    garbage.write_bytes(b"not a certificate")
+    with pytest.raises(tls.TlsError, match=f"{garbage} is not a PEM certificate"):
+        Extender(dataclasses.replace(settings, forward_cert=garbage), cluster.new_client())

@@ -14,6 +14,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from cryptography.x509.oid import NameOID
+
 from webhook.core import certificates
 from webhook.extender import app as app_mod
 from webhook.extender import forward
@@ -173,13 +175,18 @@ def _check_own_client_name(settings: ExtenderSettings) -> None:
     if not settings.client_names or settings.forward_cert is None:
         return
     try:
-        name = certificates.common_name(Path(settings.forward_cert).read_bytes())
+        cert = certificates.load_certificate(Path(settings.forward_cert).read_bytes())
     except OSError as err:
         raise tls.TlsError(f"cannot read {settings.forward_cert}: {err.strerror or err}") from None
-    if name not in settings.client_names:
+    except certificates.CertificateError:
+        raise tls.TlsError(f"{settings.forward_cert} is not a PEM certificate") from None
+    # Every CN, as the server checks callers (`clientauth.common_names`).
+    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    if not set(names) & set(settings.client_names):
         accepted = ", ".join(settings.client_names)
+        shown = ", ".join(f"CN={n!r}" for n in names) or "no CN"
         raise tls.TlsError(
-            f"the client certificate {settings.forward_cert} is issued to CN={name!r}, but --client-name "
+            f"the client certificate {settings.forward_cert} is issued to {shown}, but --client-name "
             f"accepts only {accepted}: kube-scheduler presents the same certificate (set the chart's "
             "extender.tls.clientName to its CN, or issue it for that name)"
         )
