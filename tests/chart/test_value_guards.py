@@ -163,3 +163,23 @@ def test_an_extender_without_leader_election_is_never_rolled_side_by_side(
     values = {"extender": {"replicas": 1, "leaderElection": {"enabled": elects}}}
     deployment = render.find(render.render(values), "Deployment", "-extender")
     assert deployment["spec"].get("strategy", {}).get("type") == strategy
+
+
+@pytest.mark.parametrize(
+    ("values", "shown"),
+    [
+        ({"webhook": {"extraConfig": {"isolation": {"annotationKey": "a'b"}}}}, "a'b"),
+        ({"webhook": {"extraConfig": {"resources": {"memory": 5}}}}, "5"),
+        ({"webhook": {"extraConfig": {"resources": {"wholeDevice": ['x"y']}}}}, 'x"y'),
+    ],
+    ids=["quote-in-annotation-key", "number-as-resource", "double-quote-in-resource"],
+)
+def test_names_that_would_break_the_cel_conditions_fail_clearly(
+    tmp_path: Path, values: dict[str, Any], shown: str
+) -> None:
+    # extraConfig bypasses the schema; a quote would make the API server refuse the configurations.
+    result = render.helm(
+        "template", render.RELEASE, str(render.CHART), "-f", _values_file(tmp_path, values), check=False
+    )
+    assert result.returncode != 0
+    assert f"{shown} is not a resource, label or annotation name" in result.stderr

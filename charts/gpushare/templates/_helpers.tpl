@@ -177,6 +177,7 @@ by iterating the map (contracts §2.2).
 {{- $root := index . 0 -}}
 {{- $path := index . 1 -}}
 {{- $g := (include "gpushare.webhook.config" $root | fromYaml).resources -}}
+{{- include "gpushare.cel.checkNames" (concat (list $g.memory $g.count) $g.wholeDevice $g.wholeDevicePrefixes) -}}
 {{- $names := list -}}
 {{- range (concat (list $g.memory $g.count) $g.wholeDevice) }}{{ $names = append $names (printf "'%s'" .) }}{{ end -}}
 {{- $key := printf "k in [%s]" (join ", " $names) -}}
@@ -187,6 +188,16 @@ by iterating the map (contracts §2.2).
 {{- range $i, $_ := $parts }}{{ if gt $i 0 }}{{ $guards = append $guards (printf "has(%s)" (join "." (slice $parts 0 (add1 $i)))) }}{{ end }}{{ end -}}
 {{- $guards = append $guards (printf "(has(%s.containers) && %s.containers.exists(c, %s) || has(%s.initContainers) && %s.initContainers.exists(c, %s))" $path $path $container $path $path $container) -}}
 {{- join " && " $guards -}}
+{{- end }}
+
+{{/* Names that go into CEL string literals (webhook.extraConfig can set them past the schema): a quote or a
+backslash would break the expression, and the API server would refuse the whole configuration. */}}
+{{- define "gpushare.cel.checkNames" -}}
+{{- range . }}
+{{- if not (and (kindIs "string" .) (regexMatch "^[A-Za-z0-9][-A-Za-z0-9_./]*$" .)) }}
+{{- fail (printf "%v is not a resource, label or annotation name (letters, digits, - _ . /): check gpuResources, webhook.isolation and webhook.extraConfig" .) }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{/* Always rendered: without them every pod in the cluster would wait on (and, with failurePolicy Fail,
@@ -215,6 +226,7 @@ that part of the object, the pod template whole.
 {{- $what := index . 1 -}}
 {{- if eq $what "pod" -}}
 {{- $cfg := include "gpushare.webhook.config" $root | fromYaml -}}
+{{- include "gpushare.cel.checkNames" (list $cfg.resources.count $cfg.isolation.annotationKey) -}}
 {{- $keys := list (list "labels" $cfg.resources.count) (list "annotations" $cfg.isolation.annotationKey) (list "annotations" "gpushare.aliyun.com/compute-percent") -}}
 {{- $diffs := list "object.spec != oldObject.spec" -}}
 {{- range $keys -}}
