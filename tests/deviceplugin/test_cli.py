@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -78,6 +79,22 @@ def test_no_kubeconfig_exits_1_with_one_line_without_a_class_name(monkeypatch, c
         in err
     )
     assert not any("ConfigError" in line for line in err)
+
+
+def test_a_busy_health_port_exits_1_before_anything_is_registered_or_left_behind(
+    apiserver, monkeypatch, capsys, tmp_path
+):
+    monkeypatch.setenv("NODE_NAME", "n1")
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
+    apiserver.add_node("n1")
+    plugin_dir = short_dir(tmp_path)
+    with socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True) as busy:
+        port = busy.getsockname()[1]
+        argv = ["--fake-gpus", "0:16", "--device-plugin-dir", str(plugin_dir), "--api-host", apiserver.url]
+        assert serve_device_plugin.main([*argv, "--health-port", str(port)]) == 1
+    assert f"cannot listen on [::]:{port}: Address already in use" in capsys.readouterr().err
+    assert list(plugin_dir.glob("*.sock")) == []
 
 
 def test_a_fake_gpu_with_a_wrong_compute_capability_exits_1_naming_it(monkeypatch, capsys, tmp_path):

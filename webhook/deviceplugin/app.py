@@ -255,9 +255,16 @@ class Plugin:
 
     def start(self) -> Plugin:
         try:
+            # First: a busy port fails before anything is registered with the kubelet or left behind in
+            # its folder. /healthz answers 503 until the plugin is registered with its pods listed.
+            if self.settings.health_port:
+                self.http = _probe_server(self, self.settings.health_port)
             self.server.take_lock()  # before anything a second instance would disturb
             self.card_server.take_lock()
-        except registration.AlreadyRunning as err:
+        except (registration.AlreadyRunning, http_server.ServeError) as err:
+            if self.http is not None:
+                self.http.shutdown()
+                self.http.server_close()
             self.marker.stop()  # nothing else was started
             self.api.close()  # type: ignore[no-untyped-call]
             raise StartError(str(err)) from None
@@ -288,8 +295,6 @@ class Plugin:
             self.reconciler.start()
         self.server.start()
         self.card_server.start()
-        if self.settings.health_port:
-            self.http = _probe_server(self, self.settings.health_port)
         return self
 
     def stop(self) -> None:
