@@ -200,7 +200,7 @@ def test_the_pre_hook_only_creates_missing_secrets_and_the_post_hook_renews_and_
     pre = jobs[f"{render.RELEASE}-gpushare-certgen-pre"]
     post = jobs[f"{render.RELEASE}-gpushare-certgen"]
     renew = jobs[f"{render.RELEASE}-gpushare-certgen-renew"]
-    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert pre["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade,pre-rollback"
 
     def containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
         spec = obj["spec"].get("jobTemplate", obj)["spec"]["template"]["spec"]

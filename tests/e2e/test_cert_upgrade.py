@@ -13,11 +13,12 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from tests.e2e.hookrunner import HookRunner
-from webhook.core import cabundles
+from webhook.core import cabundles, certificates
 from webhook.devcluster import helm, release
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.kube import rest
@@ -52,6 +53,29 @@ def _untrusted(api: Any) -> list[str]:
     return out
 
 
+def _age(api: Any) -> None:
+    """Replace the webhook's pair with one of a new CA that expires in 10 days, trusted by every webhook."""
+    now = datetime.now(UTC)
+    current = rest.request(api, "GET", rest.path("secrets", SECRET, NAMESPACE))
+    names = certificates.dns_sans(base64.b64decode(current["data"]["tls.crt"]))
+    ca = certificates.generate_ca("aging-ca", now)
+    serving = certificates.generate_serving(ca, names, (), now - timedelta(days=355), 365)
+    data = {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem}
+    body = {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
+    rest.request(
+        api, "PATCH", rest.path("secrets", SECRET, NAMESPACE), body=body, content_type=rest.MERGE_PATCH
+    )
+    bundle = base64.b64encode(ca.cert_pem).decode()
+    for plural, name in CONFIGURATIONS:
+        config = rest.request(api, "GET", _config_path(plural, name))
+        patch = [
+            {"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
+            for i in range(len(config["webhooks"]))
+        ]
+        rest.request(api, "PATCH", _config_path(plural, name), body=patch, content_type=rest.JSON_PATCH)
+    assert _untrusted(api) == []
+
+
 def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
     kube_bins: Path, tmp_path: Path
 ) -> None:
@@ -83,15 +107,9 @@ def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
         run("install", RELEASE, "--create-namespace")
         assert _untrusted(api) == []
         first_ca = _secret_ca(api)
-        # What a year without upgrades (renewSchedule "") leaves: a certificate past renewal. Any unusable
-        # pair does: the next ensure-certs replaces it with a new CA.
-        rest.request(
-            api,
-            "PATCH",
-            rest.path("secrets", SECRET, NAMESPACE),
-            body={"data": {"tls.crt": base64.b64encode(b"expired").decode()}},
-            content_type=rest.MERGE_PATCH,
-        )
+        # What most of a year without upgrades (renewSchedule "") leaves: a pair the pods still serve, due
+        # for renewal (10 days left, renewBeforeDays 30), its CA in the caBundle.
+        _age(api)
         upgrading.append(True)
         run("upgrade", RELEASE)
         upgrading.clear()

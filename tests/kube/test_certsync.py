@@ -181,3 +181,13 @@ def test_create_only_creates_a_missing_secret_without_patching(cluster: ApiServe
         config = cluster.get(plural, name)
         assert config is not None
         assert all("caBundle" not in hook["clientConfig"] for hook in config["webhooks"])
+
+
+def test_create_only_replaces_a_pair_no_server_could_load(cluster: ApiServer) -> None:
+    # Pods rolled by the upgrade could not start with it, and helm --wait would never reach the post hook.
+    wc.run(cluster)
+    cluster.edit("secrets", wc.SECRET, {"data": {"tls.crt": base64.b64encode(b"junk").decode()}}, wc.NS)
+    outcome = wc.run(cluster, create_only=True)
+    assert (outcome.secret, outcome.patched) == ("replaced", [])
+    assert set(wc.secret(cluster)) == {"tls.crt", "tls.key", "ca.crt"}
+    assert wc.run(cluster).patched  # the post-upgrade run puts the new CA into caBundle

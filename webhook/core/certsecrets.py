@@ -58,6 +58,14 @@ def issue(spec: SecretSpec, data: Mapping[str, bytes], now: datetime) -> dict[st
     return {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem}
 
 
+def serving_is_loadable(data: Mapping[str, bytes]) -> bool:
+    """True when a server could start with the Secret's serving pair, expired or not: every key there,
+    the certificate readable and the key its own."""
+    if any(not data.get(k) for k in SERVING_KEYS):
+        return False
+    return certificates.key_matches(certificates.KeyPair(cert_pem=data["tls.crt"], key_pem=data["tls.key"]))
+
+
 def serving_is_usable(
     data: Mapping[str, bytes], dns_names: Sequence[str], now: datetime, before: timedelta
 ) -> bool:

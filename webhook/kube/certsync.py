@@ -58,9 +58,10 @@ class EnsureSettings:
     renew_before: timedelta = timedelta(days=30)
     attempts: int = 8
     client_name: str = ""  # also keep a client pair with this common name, and the CA key (mtlssecret)
-    # Only create a missing Secret: keep an existing one whatever it holds and patch nothing. For Helm's
-    # pre-install/pre-upgrade hook: Helm applies the caBundle it rendered *before* that hook ran, so a
-    # renewal there would be undone until the post-upgrade hook; renewing happens in post-* and the CronJob.
+    # Only create a missing Secret (or replace one no server could load): keep a loadable one even when
+    # it is due for renewal, and patch nothing. For Helm's pre-install/pre-upgrade hook: Helm applies the
+    # caBundle it rendered *before* that hook ran, so a renewal there would be undone until the
+    # post-upgrade hook; renewing happens in post-* and the CronJob.
     create_only: bool = False
 
     @property
@@ -85,8 +86,13 @@ class Outcome:
 def ensure(cluster: Cluster, settings: EnsureSettings, now: Callable[[], datetime]) -> Outcome:
     """Make the Secret usable, then put its CA into every webhook of the named configurations."""
     outcome = Outcome()
-    if settings.create_only and cluster.get_secret(settings.namespace, settings.secret) is not None:
-        return outcome  # kept as it is; the post-* run renews it and patches caBundle
+    if settings.create_only:
+        current = cluster.get_secret(settings.namespace, settings.secret)
+        # Kept when the pods can serve it, even expired: the post-* run renews it and patches caBundle.
+        # A pair no server could load is replaced now, or pods rolled by the upgrade never start (and
+        # `helm --wait` never reaches the post hook).
+        if current is not None and certsecrets.serving_is_loadable(certsecrets.decoded_data(current)):
+            return outcome
     ca_pem, previous_ca = _ensure_secret(cluster, settings, now, outcome)
     if settings.create_only:
         return outcome

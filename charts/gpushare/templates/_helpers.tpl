@@ -320,7 +320,7 @@ tolerations:
 {{- end }}
 
 {{- define "gpushare.certgen.hookAnnotations" -}}
-helm.sh/hook: {{ .hook | default "pre-install,pre-upgrade,post-install,post-upgrade,post-rollback" }}
+helm.sh/hook: {{ .hook | default "pre-install,pre-upgrade,pre-rollback,post-install,post-upgrade,post-rollback" }}
 helm.sh/hook-weight: {{ .weight | quote }}
 helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end }}
