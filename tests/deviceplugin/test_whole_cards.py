@@ -4,6 +4,7 @@ gRPC, with its PodResources API on."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -212,6 +213,11 @@ def test_a_kubelet_restart_registers_both_endpoints_again(start):
     kubelet.restart()
     kubelet.wait(lambda k: len(k.registrations) == 2 and len(k.resource(CARDS).registrations) == 2, 10)
     kubelet.wait(lambda k: len(k.resource(CARDS).healthy()) == 3 and len(k.healthy()) == 48)
+    # Register returns on the plugin's side just after the kubelet has recorded it (and may have opened
+    # ListAndWatch): ready follows within moments, not necessarily before this line.
+    deadline = time.monotonic() + 5
+    while not plugin.ready() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert plugin.ready()
 
 
