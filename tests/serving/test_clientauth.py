@@ -47,6 +47,7 @@ def test_a_verified_client_certificate_gives_its_rfc4514_name(tmp_path, monkeypa
     monkeypatch.setattr(certificates, "generate_ca", lambda *a, **k: ca)
     extension = clientauth.tls_extension(_server_side(tmp_path, pair, ask=True))
     assert clientauth.client_name({"extensions": {"tls": extension}}) == "CN=gpushare-scheduler,O=a\\,b"
+    assert clientauth.common_names({"extensions": {"tls": extension}}) == ("gpushare-scheduler",)
 
 
 @pytest.mark.parametrize("ask", [True, False], ids=["no-certificate", "no-client-ca"])
@@ -63,22 +64,33 @@ def test_plain_http_has_no_tls_extension():
     assert clientauth.client_name({"type": "http"}) is None
 
 
+class _Peer:
+    """An SSLObject's getpeercert, as the server sees a verified client."""
+
+    def __init__(self, subject: object) -> None:
+        self.subject = subject
+
+    def getpeercert(self) -> dict[str, object]:
+        return {"subject": self.subject}
+
+
 @pytest.mark.parametrize(
-    ("name", "common_names"),
+    ("subject", "common_names"),
     [
-        ("CN=gpushare-scheduler,O=a\\,b", ("gpushare-scheduler",)),
-        ("O=x,CN=a\\,b\\+c\\=d", ("a,b+c=d",)),
-        ("CN=one+CN=two,O=x", ("one", "two")),
-        ("O=CN=fake,OU=x", ()),  # an escaped-free O value holding "CN=" is no CN
-        ("O=x\\,CN=fake", ()),
-        ("", ()),
+        (((("commonName", "gpushare-scheduler"),), (("organizationName", "a,b"),)), ("gpushare-scheduler",)),
+        (((("organizationName", "x"),), (("commonName", "a,b+c=d"),)), ("a,b+c=d",)),
+        (((("commonName", "one"), ("commonName", "two")), (("organizationName", "x"),)), ("one", "two")),
+        (((("organizationName", "CN=fake"),), (("organizationalUnitName", "x"),)), ()),
+        (((("organizationName", "x,CN=fake"),),), ()),
+        ((), ()),
     ],
 )
-def test_common_names_are_read_from_the_rfc4514_name(name, common_names):
-    assert clientauth.common_names(name) == common_names
+def test_common_names_are_read_from_the_verified_subject(subject, common_names):
+    extension = clientauth.tls_extension(_Peer(subject))  # type: ignore[arg-type]
+    assert clientauth.common_names({"extensions": {"tls": extension}}) == common_names
 
 
-def test_common_names_round_trip_the_names_tls_extension_writes():
-    for cn in ("plain", "a,b", 'q"uote', "back\\slash", "#hash", " lead", "trail ", "x=y+z;w<>"):
-        subject = ((("commonName", cn),), (("organizationName", "O,rg"),))
-        assert clientauth.common_names(clientauth._rfc4514(subject)) == (cn,)
+def test_no_common_names_without_a_verified_certificate():
+    assert clientauth.common_names({"type": "http"}) == ()
+    extension = clientauth.tls_extension(_Peer(()))  # type: ignore[arg-type]
+    assert clientauth.client_name({"extensions": {"tls": extension}}) is None

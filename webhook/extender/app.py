@@ -292,7 +292,7 @@ def build_app(
             if name is None:
                 request_metrics.observe(endpoint, "unauthenticated", 0.0)
                 return JSONResponse({"Error": NO_CLIENT_CERTIFICATE}, status_code=403)
-            if allowed and allowed.isdisjoint(clientauth.common_names(name)):
+            if allowed and allowed.isdisjoint(clientauth.common_names(request.scope)):
                 request_metrics.observe(endpoint, "forbidden", 0.0)
                 return JSONResponse({"Error": not_an_allowed_client(name, allowed)}, status_code=403)
             return await handler(request)

@@ -13,6 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 TLS_EXTENSION = "tls"
+# Our own key beside the ASGI ones: the certificate's CN values, read from its subject at the handshake
+# (not parsed back out of the RFC 4514 name).
+COMMON_NAMES = "gpushare_client_cert_common_names"
 
 
 def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[object, object] | None:
@@ -22,14 +25,15 @@ def tls_extension(ssl_object: ssl.SSLObject | None) -> dict[object, object] | No
     # getpeercert() is {} for a certificate the server did not verify (no client CA) and None for no
     # certificate: only a verified one yields a subject.
     peer = ssl_object.getpeercert()
-    name = _rfc4514(peer.get("subject", ())) if peer else None
+    subject = tuple(peer.get("subject", ())) if peer else ()
     return {
         "server_cert": None,
         "client_cert_chain": [],
-        "client_cert_name": name or None,
+        "client_cert_name": _rfc4514(subject) or None,
         "client_cert_error": None,
         "tls_version": None,
         "cipher_suite": None,
+        COMMON_NAMES: tuple(str(value) for rdn in subject for key, value in rdn if key == "commonName"),
     }
 
 
@@ -40,40 +44,11 @@ def client_name(scope: Mapping[str, Any]) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
-def common_names(name: str) -> tuple[str, ...]:
-    """The CN values of an RFC 4514 name as `tls_extension` writes it (escapes undone):
-    "CN=a\\,b,O=x" -> ("a,b",)."""
-    found: list[str] = []
-    for attribute in _split(name, "+,"):
-        key, _, value = attribute.partition("=")
-        if key == "CN":
-            found.append(_unescape(value))
-    return tuple(found)
-
-
-def _split(text: str, separators: str) -> list[str]:
-    """`text` cut at each separator not escaped by a backslash (the escapes are kept)."""
-    parts, start, i = [], 0, 0
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text[i] in separators:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    parts.append(text[start:])
-    return parts
-
-
-def _unescape(value: str) -> str:
-    out, i = [], 0
-    while i < len(value):
-        if value[i] == "\\" and i + 1 < len(value):
-            i += 1
-        out.append(value[i])
-        i += 1
-    return "".join(out)
+def common_names(scope: Mapping[str, Any]) -> tuple[str, ...]:
+    """The CN values of the verified client certificate (several when its subject has several), else ()."""
+    tls = (scope.get("extensions") or {}).get(TLS_EXTENSION) or {}
+    names = tls.get(COMMON_NAMES)
+    return names if isinstance(names, tuple) else ()
 
 
 def _rfc4514(subject: Any) -> str:
