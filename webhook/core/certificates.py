@@ -183,12 +183,17 @@ def dns_sans(cert_pem: bytes) -> list[str]:
 
 
 def common_name(cert_pem: bytes) -> str:
-    """The subject's common name ("" when it has none or the certificate is unreadable)."""
+    """The subject's (first) common name ("" when it has none or the certificate is unreadable)."""
     try:
-        names = load_certificate(cert_pem).subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+        names = common_names(load_certificate(cert_pem))
     except CertificateError:
         return ""
-    return str(names[0].value) if names else ""
+    return names[0] if names else ""
+
+
+def common_names(cert: x509.Certificate) -> list[str]:
+    """Every common name of the subject, in order (a subject may hold several)."""
+    return [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
 
 
 def key_matches(pair: KeyPair) -> bool:

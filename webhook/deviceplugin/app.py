@@ -372,7 +372,7 @@ def run(settings: DevicePluginSettings) -> int:
         plugin = Plugin(settings).start()
     except SettingsError as err:
         raise StartError(str(err)) from None
-    except (OSError, http_server.ServeError) as err:
+    except OSError as err:
         raise StartError(f"cannot serve: {err}") from None
     stop = threading.Event()
 

@@ -14,8 +14,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from cryptography.x509.oid import NameOID
-
 from webhook.core import certificates
 from webhook.extender import app as app_mod
 from webhook.extender import forward
@@ -180,8 +178,7 @@ def _check_own_client_name(settings: ExtenderSettings) -> None:
         raise tls.TlsError(f"cannot read {settings.forward_cert}: {err.strerror or err}") from None
     except certificates.CertificateError:
         raise tls.TlsError(f"{settings.forward_cert} is not a PEM certificate") from None
-    # Every CN, as the server checks callers (`clientauth.common_names`).
-    names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    names = certificates.common_names(cert)  # every CN, as the server checks callers
     if not set(names) & set(settings.client_names):
         accepted = ", ".join(settings.client_names)
         shown = ", ".join(f"CN={n!r}" for n in names) or "no CN"

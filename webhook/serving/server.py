@@ -93,7 +93,7 @@ class AppServer:
         host = self.options.host
         if host in ("0.0.0.0", ""):
             host = "127.0.0.1"
-        elif host == "::":  # loopback of the family the socket has (IPv4 where IPv6 is missing)
+        elif host == ANY_ADDRESS:  # loopback of the family the socket has (IPv4 where IPv6 is missing)
             host = "::1" if self._socket.family == socket.AF_INET6 else "127.0.0.1"
         return f"{self.scheme}://{_address(host, self.port)}"
 
