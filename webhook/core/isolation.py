@@ -168,7 +168,7 @@ def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinit
         # Terms are ORed: one that leaves the key alone allows every value.
         allowed |= values
         nodes.append(_pinned_node(term))
-    pinned = nodes[0] if nodes and None not in nodes and len(set(nodes)) == 1 else None
+    pinned = nodes[0] if len(set(nodes)) == 1 else None  # the same node in every term (None: no pin)
     return _Affinity(allowed if named else None, pinned)
 
 
