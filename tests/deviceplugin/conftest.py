@@ -12,7 +12,8 @@ import pytest
 
 from tests.standins.kubelet import Kubelet
 from webhook.core import devices, podviews, resources
-from webhook.deviceplugin import allocator, inventory, reconcile, registration, server, state
+from webhook.deviceplugin import allocator, reconcile, registration, server, state
+from webhook.gpus import inventory
 
 
 class ListPods:

@@ -19,8 +19,8 @@ from tests.e2e.bed import Bed
 from webhook.core import annotations as ann
 from webhook.core import resources
 from webhook.devcluster import kubelet as kubeletmod
-from webhook.deviceplugin import inventory
 from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
+from webhook.gpus import inventory
 from webhook.kube import rest
 
 NODE = "kubelet-node-0"

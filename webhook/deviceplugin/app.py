@@ -18,8 +18,6 @@ import prometheus_client
 from webhook.core import cardviews, resources
 from webhook.deviceplugin import (
     allocator,
-    health,
-    inventory,
     node,
     nodemode,
     podsource,
@@ -30,6 +28,7 @@ from webhook.deviceplugin import (
     wholecards,
 )
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
+from webhook.gpus import health, inventory
 from webhook.kube import client, errors, rest, watch
 from webhook.serving import logs
 from webhook.serving import server as http_server
@@ -88,27 +87,13 @@ class Metrics(server.Observer):
 
 def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
     try:
-        if settings.fake_gpus:
-            return inventory.parse_fake_gpus(settings.fake_gpus)
-        if settings.inventory_file:
-            return inventory.load_inventory_file(settings.inventory_file)
-        return inventory.NvmlInventory()
+        return inventory.discover(settings.fake_gpus, settings.inventory_file)
     except inventory.InventoryError as err:
         raise StartError(str(err)) from None
-    except Exception as err:  # pynvml missing, no driver, NVML errors: all mean "no GPUs to serve"
-        raise StartError(
-            f"GPU discovery through NVML failed ({err}); on a node without GPUs use --fake-gpus"
-        ) from None
 
 
 def health_watcher(settings: DevicePluginSettings, inv: inventory.GpuInventory) -> health.HealthWatcher:
-    if settings.health_file:
-        return health.FileHealth(settings.health_file)
-    if isinstance(inv, inventory.NvmlInventory):
-        import pynvml  # noqa: PLC0415  (only on GPU nodes)
-
-        return health.NvmlHealth(pynvml, inv.gpus(), recovery_s=settings.health_recovery_s)
-    return health.StaticHealth()
+    return health.watcher(settings.health_file, inv, settings.health_recovery_s)
 
 
 class Plugin:

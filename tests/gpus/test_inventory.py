@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from webhook.deviceplugin import inventory
+from webhook.gpus import inventory
 
 
 def test_fake_gpus_flag_keeps_sizes_apart_and_uuids_stable():
@@ -108,3 +108,16 @@ def test_nvml_inventory_reads_the_compute_capability_and_leaves_it_unknown_on_ol
     assert (gpu.model, gpu.memory_mib, gpu.compute_capability) == ("Tesla V100-SXM2-16GB", 16384, "7.0")
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(RuntimeError("NVML_ERROR_FUNCTION_NOT_FOUND")))
     assert inventory.NvmlInventory().gpus()[0].compute_capability == ""
+
+
+def test_discover_prefers_the_flag_then_the_file(tmp_path):
+    path = tmp_path / "gpus.yaml"
+    path.write_text("gpus: [{index: 3, memory: 8GiB}]\n")
+    assert [g.index for g in inventory.discover("0:16", path).gpus()] == [0]
+    assert [g.index for g in inventory.discover("", path).gpus()] == [3]
+
+
+def test_discover_without_nvml_says_to_declare_fake_gpus(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml then raises ImportError
+    with pytest.raises(inventory.InventoryError, match=r"NVML failed .*use --fake-gpus"):
+        inventory.discover()

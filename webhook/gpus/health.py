@@ -1,8 +1,9 @@
 """GPU health: NVML XID events mark a GPU unhealthy; a probe makes it healthy again once the fault clears.
 
 Each watcher runs in its own thread and calls `on_change(unhealthy GPU indexes)` whenever the set
-changes; the device state streams it through ListAndWatch and the node annotation (fault 11: the
-original never recovered). `FileHealth` drives the same from a file, for fake inventories and tests.
+changes; the device plugin streams it through ListAndWatch and the node annotation (fault 11: the
+original never recovered), the DRA driver drops the GPU from its ResourceSlice. `FileHealth` drives the
+same from a file, for fake inventories and tests.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from webhook.core import devices
+from webhook.gpus import inventory
 
 log = logging.getLogger(__name__)
 
@@ -149,3 +151,14 @@ class NvmlHealth:
             log.warning("GPU %d: probe failed (%s), stays unhealthy", index, err)
             return False
         return True
+
+
+def watcher(health_file: Path | None, inv: inventory.GpuInventory, recovery_s: float = 60.0) -> HealthWatcher:
+    """The health source for `inv`: the file when one is named, NVML events for NVML GPUs, else none."""
+    if health_file:
+        return FileHealth(health_file)
+    if isinstance(inv, inventory.NvmlInventory):
+        import pynvml  # noqa: PLC0415  (only on GPU nodes)
+
+        return NvmlHealth(pynvml, inv.gpus(), recovery_s=recovery_s)
+    return StaticHealth()

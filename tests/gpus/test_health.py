@@ -6,7 +6,7 @@ import threading
 from types import SimpleNamespace
 
 from webhook.core import devices
-from webhook.deviceplugin import health
+from webhook.gpus import health, inventory
 
 
 def test_file_health_reads_indexes_and_keeps_the_last_good_state(tmp_path):
@@ -98,3 +98,9 @@ def test_xid_marks_unhealthy_and_recovers_after_quiet_time_and_a_good_probe():
     assert watcher._unhealthy() == frozenset({1})  # quiet long enough, but the probe fails
     nvml.broken.clear()
     assert watcher._unhealthy() == frozenset()
+
+
+def test_watcher_reads_the_file_when_named_and_else_watches_nothing_for_fake_gpus(tmp_path):
+    fake = inventory.parse_fake_gpus("0:16")
+    assert isinstance(health.watcher(tmp_path / "unhealthy", fake), health.FileHealth)
+    assert isinstance(health.watcher(None, fake), health.StaticHealth)

@@ -1,4 +1,5 @@
 """GPU discovery behind the `GpuInventory` protocol: NVML on a GPU node, a declared fake inventory elsewhere.
+Shared by the device plugin and the DRA driver (`discover` picks the source from their flags).
 
 `pynvml` (nvidia-ml-py) is imported only when the NVML inventory is built, so the plugin, its tests and
 `--fake-gpus` runs never need a driver. GPUs of different sizes are kept apart: each has its own memory.
@@ -116,6 +117,21 @@ def load_inventory_file(path: Path) -> FakeInventory:
         uuid_ = str(item.get("uuid") or fake_uuid(index))
         gpus.append(devices.Gpu(index, uuid_, memory, str(item.get("model", "")), capability))
     return FakeInventory(gpus)
+
+
+def discover(fake_gpus: str = "", inventory_file: Path | None = None) -> GpuInventory:
+    """The node's GPUs: declared by `--fake-gpus`, else by an inventory file, else from NVML.
+    InventoryError says why none could be read."""
+    if fake_gpus:
+        return parse_fake_gpus(fake_gpus)
+    if inventory_file:
+        return load_inventory_file(inventory_file)
+    try:
+        return NvmlInventory()
+    except Exception as err:  # pynvml missing, no driver, NVML errors: all mean "no GPUs to serve"
+        raise InventoryError(
+            f"GPU discovery through NVML failed ({err}); on a node without GPUs use --fake-gpus"
+        ) from None
 
 
 class NvmlInventory:
