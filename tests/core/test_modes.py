@@ -64,3 +64,18 @@ def test_node_placement_label_unknown_or_absent_gives_none():
     assert modes.node_placement({modes.PLACEMENT_LABEL: "spread"}) is Policy.SPREAD
     assert modes.node_placement({modes.PLACEMENT_LABEL: "tight"}) is None
     assert modes.node_placement(None) is None
+
+
+@pytest.mark.parametrize("mode", ["dra", "dra-mps"])
+def test_dra_modes_are_served_by_the_dra_driver_and_refuse_gpu_memory_pods_saying_so(mode):
+    found = modes.node_mode({modes.MODE_LABEL: mode})
+    assert found.dra
+    assert not found.shares
+    problem = modes.sharing_problem({modes.MODE_LABEL: mode})
+    assert problem is not None
+    assert f"ack.node.gpu.schedule={mode}: the node's GPUs are shared through DRA ResourceClaims" in problem
+
+
+@pytest.mark.parametrize("mode", ["share", "cgpu", "mps", "default", "topology"])
+def test_other_modes_are_not_dra(mode):
+    assert not modes.Mode(mode).dra

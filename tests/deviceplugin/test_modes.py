@@ -16,7 +16,7 @@ from tests.standins.kubelet import Kubelet
 from webhook.core import annotations as ann
 from webhook.core import gpulabels, modes, mps, resources
 from webhook.devcluster.standin.apiserver import ApiServer
-from webhook.deviceplugin import app
+from webhook.deviceplugin import app, nodemode
 from webhook.deviceplugin.settings import DevicePluginSettings
 
 V100 = "0:16:Tesla V100-SXM2-16GB:7.0,1:16:Tesla V100-SXM2-16GB:7.0"
@@ -200,3 +200,9 @@ def test_a_node_whose_gpus_are_gone_loses_its_gpu_type_labels(apiserver, tmp_pat
     with pytest.raises(app.StartError, match="expected 'gpus:"):
         app.Plugin(settings)
     assert apiserver.get("nodes", "node-1")["metadata"]["labels"] == {"keep": "me"}
+
+
+def test_a_dra_node_advertises_nothing_and_names_the_dra_driver():
+    serving = nodemode.decide({modes.MODE_LABEL: "dra"}, (), force_mps=False)
+    assert not serving.advertise
+    assert "our DRA driver serves the GPUs here" in serving.reason

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from webhook.core import annotations as ann
-from webhook.core import devices, resources
+from webhook.core import devices, gpuenv, resources
 from webhook.core.podviews import PodView, Slot
 
 
@@ -321,16 +321,4 @@ def container_env(
         )
     placement = match.pod.placement
     assert placement is not None
-    env = {
-        resources.ENV_VISIBLE_DEVICES: ",".join(by_index[g].uuid for g in chosen),
-        resources.ENV_MEM_IDX: ",".join(str(g) for g in chosen),
-        resources.ENV_MEM_POD: str(placement.pod_total),
-        # The memory it may use on each of its GPUs: on one GPU its whole share; split unevenly over
-        # several (a pod of M GPUs fills them in container order), the least it holds on any, so a limit
-        # applied per GPU never takes memory another pod holds.
-        resources.ENV_MEM_CONTAINER: str(min(slot.gpus.values())),
-        resources.ENV_MEM_DEV: str(granularity.units(by_index[chosen[0]].memory_mib)),
-    }
-    if isolation_disabled:
-        env[resources.CGPU_DISABLE_ENV] = "true"
-    return env
+    return gpuenv.container_env(gpus, slot.gpus, placement.pod_total, granularity, isolation_disabled)

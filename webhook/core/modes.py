@@ -10,6 +10,12 @@ take shares or whole cards from us, which placement policy) and `gpushare inspec
 | share    | gpu-mem, whole cards  | ours                  | none                                        |
 | cgpu     | gpu-mem, whole cards  | ours                  | cGPU, unless cgpu.disable.isolation=true    |
 | mps      | gpu-mem, whole cards  | ours                  | NVIDIA MPS (Volta or newer)                 |
+| dra      | nothing (DRA driver)  | our DRA driver        | none                                        |
+| dra-mps  | nothing (DRA driver)  | our DRA driver        | NVIDIA MPS (Volta or newer)                 |
+
+On `dra` and `dra-mps` nodes kube-scheduler itself allocates GPU memory from our DRA driver's
+ResourceSlice (ResourceClaims with a memory capacity; docs/dra.md): neither the extender nor the device
+plugin serves them.
 
 A node without the label keeps the original gpushare behaviour (`share`, isolation from its
 `cgpu.disable.isolation` label): `LEGACY`. An unknown value serves nothing and is reported, never guessed.
@@ -41,14 +47,22 @@ class Mode(enum.StrEnum):
     SHARE = "share"
     CGPU = "cgpu"
     MPS = "mps"
+    DRA = "dra"
+    DRA_MPS = "dra-mps"
 
     @property
     def shares(self) -> bool:
         """Our device plugin serves this node: gpu-mem shares and whole cards beside them."""
         return self in _SHARED
 
+    @property
+    def dra(self) -> bool:
+        """Our DRA driver serves this node: shares and whole cards are ResourceClaims."""
+        return self in _DRA
+
 
 _SHARED = frozenset({Mode.SHARE, Mode.CGPU, Mode.MPS})
+_DRA = frozenset({Mode.DRA, Mode.DRA_MPS})
 LEGACY = Mode.SHARE
 _VALUES = tuple(m.value for m in Mode)
 
@@ -84,6 +98,12 @@ def sharing_problem(labels: Mapping[str, object] | None, memory: str = resources
         return str(err)
     if mode.shares:
         return None
+    if mode.dra:
+        return (
+            f"node label {MODE_LABEL}={mode.value}: the node's GPUs are shared through DRA ResourceClaims "
+            f"(a claim asking a memory capacity), not {memory}; {memory} goes to nodes labelled share, "
+            "cgpu or mps"
+        )
     return (
         f"node label {MODE_LABEL}={mode.value}: the node serves whole GPUs only (nvidia.com/gpu), not "
         f"{memory}; shares go to nodes labelled share, cgpu or mps"

@@ -2,8 +2,8 @@
 re-decided on every label change without a restart.
 
 share / cgpu / mps (and an unlabelled node): gpu-mem devices are advertised; mps (or `--mps`) adds the
-MPS env and mounts to every Allocate. default / topology / an unknown value, or mps on GPUs older than
-Volta: ListAndWatch sends an empty list, so the kubelet's capacity drops to 0. Containers already running
+MPS env and mounts to every Allocate. default / topology / dra / dra-mps / an unknown value, or mps on GPUs
+older than Volta: ListAndWatch sends an empty list, so the kubelet's capacity drops to 0. Containers running
 keep their GPUs (the kubelet never revokes devices) and the allocation book is kept for a switch back.
 """
 
@@ -36,10 +36,8 @@ def decide(labels: Mapping[str, object], gpus: Sequence[devices.Gpu], force_mps:
     except modes.ModeError as err:
         return Serving(str(labels.get(modes.MODE_LABEL)), False, reason=f"{err}; advertising nothing")
     if not mode.shares:
-        reason = (
-            f"node label {modes.MODE_LABEL}={mode.value}: NVIDIA's plugin serves whole GPUs here; "
-            "advertising nothing"
-        )
+        server = "our DRA driver serves the GPUs" if mode.dra else "NVIDIA's plugin serves whole GPUs"
+        reason = f"node label {modes.MODE_LABEL}={mode.value}: {server} here; advertising nothing"
         return Serving(mode.value, False, reason=reason)
     use_mps = mode is modes.Mode.MPS or force_mps
     refused = mps.refusal(gpus) if use_mps else None
