@@ -248,3 +248,14 @@ def test_extender_and_device_plugin_count_gpu_memory_in_the_same_unit(
     # The webhook words its messages in that unit too (issue 12: "the configured unit everywhere").
     webhook_config = yaml.safe_load(render.find(objects, "ConfigMap", "-webhook")["data"]["config.yaml"])
     assert admission_settings.policy_from_config(webhook_config).memory_unit == unit
+
+
+@pytest.mark.parametrize(("value", "expected"), [(True, True), (False, False)], ids=["on", "off"])
+def test_best_fit_filter_value_reaches_the_extender_and_every_node_reaches_its_filter(
+    value: bool, expected: bool
+) -> None:
+    objects = render.render({"extender": {"bestFitFilter": value}, "scheduler": {"mode": "second"}})
+    args = _container(objects, "Deployment", "-extender")["args"]
+    assert serve_extender.build_parser().parse_args(args[1:]).best_fit_filter is expected
+    second = yaml.safe_load(render.find(objects, "ConfigMap", "-scheduler")["data"]["config.yaml"])
+    assert second["percentageOfNodesToScore"] == 100

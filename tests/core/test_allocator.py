@@ -1,4 +1,4 @@
-"""Tests for webhook.core.allocator: which GPU(s) a pod gets on a node, why it does not fit, scores."""
+"""Tests for webhook.core.allocator: which GPU(s) a pod gets on a node and why it does not fit."""
 
 from __future__ import annotations
 
@@ -104,18 +104,6 @@ def test_pod_without_gpu_memory_fits_anywhere_with_nothing_allocated():
     assert placed(allocator.fit(demand(0), [])) == {}
 
 
-def test_binpack_scores_the_fuller_node_higher_and_spread_the_emptier():
-    empty, busy = gpus((16, 16)), gpus((6, 16))
-    assert allocator.score(demand(4), busy) > allocator.score(demand(4), empty)
-    assert allocator.score(demand(4), busy, Policy.SPREAD) < allocator.score(demand(4), empty, Policy.SPREAD)
-    assert allocator.score(demand(16), busy) == 0  # does not fit
-
-
-def test_score_is_within_zero_and_ten():
-    assert allocator.score(demand(16), gpus((16, 16))) == 10
-    assert allocator.score(demand(16), gpus((16, 16)), Policy.SPREAD) == 0
-
-
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
@@ -184,5 +172,3 @@ def test_a_fit_never_over_commits_never_uses_unhealthy_gpus_and_splits_exactly(n
     if d.gpu_count > 1 and d.total:
         assert len(per_gpu) == d.gpu_count
         assert set(per_gpu.values()) == {d.per_gpu}
-    elif d.total:
-        assert 0 <= allocator.score(d, node, policy) <= 10

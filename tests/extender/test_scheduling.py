@@ -1,5 +1,5 @@
-"""Tests for webhook.extender.scheduling: the quick per-node summary agrees with the allocator after any
-sequence of cache changes."""
+"""Tests for webhook.extender.scheduling: the quick per-node summary agrees with the allocator and the
+ranking after any sequence of cache changes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.extender.factory import node, pod
-from webhook.core import allocator
+from webhook.core import allocator, ranking
 from webhook.core import annotations as ann
 from webhook.core.demand import GpuMemoryDemand
 from webhook.extender import scheduling, wire
@@ -50,8 +50,8 @@ def apply(cache: Cache, op: tuple[Any, ...]) -> None:
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.one_of(node_ops, pod_ops, gone_ops), max_size=25), st.integers(1, 17))
-def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
+@given(st.lists(st.one_of(node_ops, pod_ops, gone_ops), max_size=25), st.integers(1, 17), st.booleans())
+def test_filter_agrees_with_the_allocator_after_any_changes(ops, units, best_fit):
     cache = Cache()
     cache.nodes_resync([node("n0", 16, 8)])
     cache.pods_resync([])
@@ -59,9 +59,10 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
         apply(cache, op)
     names = (*NODES, "ghost")
     result = scheduling.filter_nodes(
-        cache, wire.ExtenderArgs(pod("new", units), names), allocator.Policy.BINPACK
+        cache, wire.ExtenderArgs(pod("new", units), names), allocator.Policy.BINPACK, best_fit
     )
     expected_pass, expected_fail, expected_never = [], {}, {}
+    ranks = {}
     with cache.locked():
         for name in names:
             ledger = cache.ledger(name)
@@ -71,6 +72,10 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
             fit = allocator.fit(GpuMemoryDemand((units,)), ledger.gpus(), unit=ledger.unit)
             if isinstance(fit, allocator.Fit):
                 expected_pass.append(name)
+                ranks[name] = (
+                    allocator.Policy.BINPACK,
+                    ranking.of_fit(fit, ledger.gpus(), allocator.Policy.BINPACK),
+                )
             elif any(g.healthy for g in ledger.gpus()):
                 # Unresolvable (not failed) when it would not fit the node emptied of pods either.
                 never = allocator.never_fits(
@@ -80,7 +85,8 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units):
                     expected_fail[name] = fit.reason
                 else:
                     expected_never[name] = never
-    assert result["NodeNames"] == expected_pass
+    # Best fit drops the nodes that fit less well without a reason: they are not failures.
+    assert result["NodeNames"] == (ranking.best(ranks) if best_fit else expected_pass)
     assert (result["FailedNodes"] or {}) == expected_fail
     unresolvable = result["FailedAndUnresolvableNodes"] or {}
     assert set(unresolvable) == set(names) - set(expected_pass) - set(expected_fail)

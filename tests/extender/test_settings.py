@@ -87,3 +87,20 @@ def test_cli_refuses_a_pod_ip_that_makes_no_url(monkeypatch):
     monkeypatch.setenv("POD_IP", "not an ip:")
     with pytest.raises(SystemExit, match="POD_IP"):
         settings([])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [([], True), (["--best-fit-filter"], True), (["--no-best-fit-filter"], False)],
+    ids=["default-on", "on", "off"],
+)
+def test_cli_best_fit_filter_flag_reaches_the_settings(monkeypatch, argv, expected):
+    monkeypatch.delenv("POD_IP", raising=False)
+    assert settings(argv).best_fit_filter is expected
+
+
+def test_cli_refuses_a_value_for_the_best_fit_switch(capsys):
+    with pytest.raises(SystemExit) as exc:
+        serve_extender.build_parser().parse_args(["--best-fit-filter=no"])
+    assert exc.value.code == 2
+    assert "--best-fit-filter" in capsys.readouterr().err

@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="placement policy for pods whose annotation names none",
     )
     p.add_argument(
+        "--best-fit-filter",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="filter keeps only the nodes where the pod fits its GPU(s) best under its policy, so "
+        "kube-scheduler's own scores cannot place it elsewhere (--no-best-fit-filter: every node it fits "
+        "passes and prioritize's scores take part in kube-scheduler's ranking)",
+    )
+    p.add_argument(
         "--max-body-bytes", type=int, default=64 * 1024 * 1024, help="largest request body accepted, bytes"
     )
     p.add_argument(
@@ -161,6 +169,7 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
         memory_unit=args.memory_unit,
         names=resources.GpuResourceNames(whole_card=args.whole_card_resource),
         default_policy=allocator.Policy(args.policy),
+        best_fit_filter=args.best_fit_filter,
         max_body_bytes=args.max_body_bytes,
         leader=ext_settings.LeaderSettings(
             enabled=args.leader_elect,

@@ -167,18 +167,3 @@ def quick_fit(demand: GpuMemoryDemand, free_desc: Sequence[int]) -> bool | None:
     if free_desc[0] >= demand.effective:
         return True
     return None if sum(1 for u in demand.containers if u) > 1 else False
-
-
-def score(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy = Policy.BINPACK) -> int:
-    """0..10: binpack favours the node that is fullest after placing the pod, spread the emptiest."""
-    placed = fit(demand, gpus, policy)
-    if isinstance(placed, NoFit):
-        return MIN_SCORE
-    healthy = [g for g in gpus if g.healthy]
-    total = sum(g.memory for g in healthy)
-    if total <= 0:
-        return MIN_SCORE
-    used = min(total, sum(min(g.used, g.memory) for g in healthy) + placed.allocation.total())
-    full = (2 * MAX_SCORE * used + total) // (2 * total)  # rounded to nearest
-    value = full if policy is Policy.BINPACK else MAX_SCORE - full
-    return max(MIN_SCORE, min(MAX_SCORE, value))

@@ -179,7 +179,9 @@ def build_app(
     async def filter_(request: Request) -> Response:
         started, outcome = time.perf_counter(), "ok"
         try:
-            result = scheduling.filter_nodes(ext.cache, await read_args(request), settings.default_policy)
+            result = scheduling.filter_nodes(
+                ext.cache, await read_args(request), settings.default_policy, settings.best_fit_filter
+            )
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             outcome = "bad_request"
             result = wire.filter_error(str(err))

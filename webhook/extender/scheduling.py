@@ -1,7 +1,10 @@
-"""Filter and prioritize: the pod's demand (core.demand) against each node's ledger (core.allocator).
+"""Filter and prioritize: the pod's demand (core.demand) against each node's ledger (core.allocator),
+the nodes it fits compared by core.ranking.
 
 Read-only on the cache and never an API call, so both answer in microseconds per node; followers
 answer them too. Filter takes the cache lock once for all nodes, so every node is judged on one state.
+With `best_fit` filter keeps only the nodes where the pod fits its GPU(s) best (per policy): the GPU-level
+choice then survives kube-scheduler's own scoring, which knows nothing of GPUs (docs/extender.md).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.core import allocator, demand, modes, wholecards
+from webhook.core import allocator, demand, modes, ranking, wholecards
 from webhook.extender import wholecards as whole
 from webhook.extender import wire
 from webhook.extender.cache import Cache
@@ -19,7 +22,7 @@ PASS, FAIL, UNRESOLVABLE = "pass", "fail", "unresolvable"
 
 
 def filter_nodes(
-    cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy
+    cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy, best_fit: bool = True
 ) -> wire.FilterResult:
     try:
         # In the cache's unit, so "write 3; the unit is GiB" names the unit the nodes are counted in.
@@ -33,6 +36,7 @@ def filter_nodes(
         return wire.filter_result(args, list(args.node_names))
     notes = _annotations(args.pod)
     passed: list[str] = []
+    ranked: dict[str, tuple[allocator.Policy, ranking.Rank]] = {}
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
     need = asked.effective
@@ -50,9 +54,11 @@ def filter_nodes(
         if whole_only:
             get = largest.get
             passed = [name for name in names if get(name, -1) >= need]
-            if len(passed) == len(args.node_names):
-                return wire.filter_result(args, passed)
+            if best_fit and len(passed) > 1:
+                passed = _best_quick(cache, passed, need, notes, default_policy)
             rest = [name for name in names if get(name, -1) < need]
+            if not rest and not unresolvable:
+                return wire.filter_result(args, passed)
         else:
             rest = list(names)
         messages: dict[int, str] = {}  # one string per distinct largest-free value, not one per node
@@ -80,12 +86,40 @@ def filter_nodes(
                 # The order prioritize and bind use (pod annotation, node label, --policy): the greedy
                 # split of containers over GPUs depends on it.
                 policy = modes.placement_policy(notes, cache.placement(name), default_policy)
+                if best_fit:
+                    ledger = cache.ledger(name)
+                    value = None if ledger is None else ranking.rank(asked, ledger.gpus(), policy)
+                    if value is not None:
+                        passed.append(name)
+                        ranked[name] = (policy, value)
+                        continue
                 verdict, reason = _judge(cache, name, asked, policy)
                 if verdict is PASS:
                     passed.append(name)
                 else:
                     (failed if verdict is FAIL else unresolvable)[name] = reason
+        if ranked:  # with best_fit every node that passed this loop is ranked
+            passed = ranking.best(ranked)
     return wire.filter_result(args, passed, failed, unresolvable)
+
+
+def _best_quick(
+    cache: Cache,
+    names: Sequence[str],
+    need: int,
+    notes: Mapping[str, Any] | None,
+    default_policy: allocator.Policy,
+) -> list[str]:
+    """The best of `names` for a pod that goes whole on one GPU: keys from each node's free memory per
+    GPU (kept by the ledger), without building a placement. Hold `cache.locked()`."""
+    ranked: dict[str, tuple[allocator.Policy, ranking.Rank]] = {}
+    for name in names:
+        ledger = cache.ledger(name)
+        policy = modes.placement_policy(notes, cache.placement(name), default_policy)
+        value = None if ledger is None else ranking.quick_rank(need, ledger.free_desc(), policy)
+        if value is not None:
+            ranked[name] = (policy, value)
+    return ranking.best(ranked)
 
 
 def _judge(
@@ -112,7 +146,8 @@ def _judge(
 
 
 def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy) -> dict[str, int]:
-    """0..10 per node; 0 for nodes where the pod does not fit or that the cache does not know."""
+    """0..10 per node from the GPU-level fit (core.ranking.scores: the best node of each policy 10);
+    0 for nodes where the pod does not fit or that the cache does not know."""
     try:
         asked = demand.pod_demand(args.pod, cache.names, cache.unit)
         cards = wholecards.pod_cards(args.pod, cache.names)
@@ -123,16 +158,17 @@ def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.
         # that passed, and leaves the ranking to kube-scheduler's own scores.
         return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
     notes = _annotations(args.pod)
-    scores: dict[str, int] = {}
+    ranked: dict[str, tuple[allocator.Policy, ranking.Rank]] = {}
     with cache.locked():
         for name in args.node_names:
             ledger = cache.ledger(name)
             # The pod's annotation, else the node's ack.node.gpu.placement label, else --policy.
             policy = modes.placement_policy(notes, cache.placement(name), default_policy)
-            scores[name] = (
-                allocator.MIN_SCORE if ledger is None else allocator.score(asked, ledger.gpus(), policy)
-            )
-    return scores
+            value = None if ledger is None else ranking.rank(asked, ledger.gpus(), policy)
+            if value is not None:
+                ranked[name] = (policy, value)
+    scores = ranking.scores(ranked)
+    return {name: scores.get(name, allocator.MIN_SCORE) for name in args.node_names}
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:

@@ -5,6 +5,9 @@
 - --port={{ .Values.extender.port }}
 - --memory-unit={{ include "gpushare.memoryUnit" . }}
 - --whole-card-resource={{ .Values.gpuResources.wholeCard }}
+{{- /* Filter keeps only the best-fitting nodes, so kube-scheduler's own scores (which know nothing of
+GPUs) cannot undo the GPU-level best fit; docs/extender.md, "How placement survives kube-scheduler". */}}
+- --{{ if not .Values.extender.bestFitFilter }}no-{{ end }}best-fit-filter
 {{- $dir := include "gpushare.extender.tlsDir" . }}
 {{- /* HTTPS, and only callers with the Secret's client certificate (kube-scheduler's tlsConfig) get
 filter, prioritize, bind and inspect. */}}
@@ -88,6 +91,9 @@ leaderElection:
   resourceLock: leases
   resourceName: {{ .Values.scheduler.schedulerName }}
   resourceNamespace: {{ .Release.Namespace }}
+{{- /* Every feasible node reaches the extender's filter, so its best fit is the cluster's best fit; the
+default (adaptive, 50% at 100 nodes falling to 5%) would show it only the first nodes found. */}}
+percentageOfNodesToScore: {{ .Values.scheduler.percentageOfNodesToScore }}
 profiles:
   - schedulerName: {{ .Values.scheduler.schedulerName }}
 extenders:

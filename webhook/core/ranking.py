@@ -1,0 +1,82 @@
+"""How the nodes a pod fits compare: the GPU-level best fit that decides where it goes.
+
+A node's key is what the pod leaves free on the GPU(s) it would get there, then on the whole node. Under
+`binpack` the least wins (online best fit: a 16 GiB pod takes an empty 16 GiB GPU before a 24 GiB one,
+and the 24 GiB GPU is kept for a pod that needs it); under `spread` the most. Keys compare only among
+nodes of one policy; smaller is better. Filter keeps the best node(s) of each policy (`best`), so
+kube-scheduler's own scores, which know nothing of GPUs, choose only among nodes that are equal here.
+
+    key(Policy.BINPACK, left=0, node_left=16) -> (0, 16)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
+
+from webhook.core import allocator
+from webhook.core.accounting import Gpu
+from webhook.core.allocator import Fit, Policy
+from webhook.core.demand import GpuMemoryDemand
+
+Rank: TypeAlias = tuple[int, int]
+
+
+def key(policy: Policy, left: int, node_left: int) -> Rank:
+    """`left`: free on the chosen GPU(s) after placing the pod; `node_left`: free on the node after."""
+    return (left, node_left) if policy is Policy.BINPACK else (-left, -node_left)
+
+
+def of_fit(placed: Fit, gpus: Sequence[Gpu], policy: Policy) -> Rank:
+    """The key of a placement `allocator.fit` (or whole cards' fit) chose on this node."""
+    per_gpu = placed.allocation.per_gpu()
+    healthy_free = sum(g.free for g in gpus if g.healthy)
+    left = sum(g.free - per_gpu[g.index] for g in gpus if g.index in per_gpu)
+    return key(policy, left, healthy_free - sum(per_gpu.values()))
+
+
+def rank(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy) -> Rank | None:
+    """The node's key for this pod, or None when the pod does not fit there."""
+    placed = allocator.fit(demand, gpus, policy)
+    return of_fit(placed, gpus, policy) if isinstance(placed, Fit) else None
+
+
+def quick_rank(need: int, free_desc: Sequence[int], policy: Policy) -> Rank | None:
+    """`rank` for a pod that goes whole on one GPU (one gpu-mem container, one GPU), from the node's free
+    memory per healthy GPU, largest first: the same GPU `allocator.fit` picks, without building it."""
+    if not free_desc or free_desc[0] < need:
+        return None
+    node_left = sum(free_desc) - need
+    if policy is Policy.SPREAD:
+        return key(policy, free_desc[0] - need, node_left)
+    # Binpack: the smallest free GPU that still holds `need` (free_desc is descending).
+    low, high = 0, len(free_desc) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if free_desc[middle] >= need:
+            low = middle
+        else:
+            high = middle - 1
+    return key(policy, free_desc[low] - need, node_left)
+
+
+def best(ranked: Mapping[str, tuple[Policy, Rank]]) -> list[str]:
+    """The nodes holding the best key of their policy, in the order given."""
+    top: dict[Policy, Rank] = {}
+    for policy, value in ranked.values():
+        if policy not in top or value < top[policy]:
+            top[policy] = value
+    return [name for name, (policy, value) in ranked.items() if value == top[policy]]
+
+
+def scores(ranked: Mapping[str, tuple[Policy, Rank]]) -> dict[str, int]:
+    """0..10 from the keys: the best key of each policy scores 10, the next distinct key 9, and so on
+    down to 1 (0 is left for nodes the pod does not fit)."""
+    order: dict[Policy, dict[Rank, int]] = {}
+    for policy in {p for p, _ in ranked.values()}:
+        distinct = sorted({value for p, value in ranked.values() if p is policy})
+        order[policy] = {value: i for i, value in enumerate(distinct)}
+    return {
+        name: max(allocator.MIN_SCORE + 1, allocator.MAX_SCORE - order[policy][value])
+        for name, (policy, value) in ranked.items()
+    }
