@@ -9,9 +9,8 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from types import FrameType
-from typing import Any
 
 import prometheus_client
 
@@ -30,7 +29,7 @@ from webhook.deviceplugin import (
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
 from webhook.gpus import health, inventory
 from webhook.kube import client, errors, rest, watch
-from webhook.serving import logs
+from webhook.serving import logs, probeserver
 from webhook.serving import server as http_server
 
 log = logging.getLogger(__name__)
@@ -243,7 +242,7 @@ class Plugin:
             # First: a busy port fails before anything is registered with the kubelet or left behind in
             # its folder. /healthz answers 503 until the plugin is registered with its pods listed.
             if self.settings.health_port:
-                self.http = _probe_server(self, self.settings.health_port)
+                self.http = probeserver.serve(self.settings.health_port, self.ready, self.metrics.registry)
             self.server.take_lock()  # before anything a second instance would disturb
             self.card_server.take_lock()
         except (registration.AlreadyRunning, http_server.ServeError) as err:
@@ -312,43 +311,6 @@ def _forget_gpus(settings: DevicePluginSettings) -> None:
         node.forget_gpus(api, settings.node_name)
     finally:
         api.close()  # type: ignore[no-untyped-call]
-
-
-def _probe_server(plugin: Plugin, port: int) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                ok = plugin.ready()
-                body, code, kind = (
-                    (b"ok\n" if ok else b"not registered\n"),
-                    (200 if ok else 503),
-                    "text/plain",
-                )
-            elif self.path == "/metrics":
-                body, code, kind = (
-                    prometheus_client.generate_latest(plugin.metrics.registry),
-                    200,
-                    "text/plain",
-                )
-            else:
-                body, code, kind = b"not found\n", 404, "text/plain"
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    # The kubelet probes the pod's IP, IPv6 in IPv6-only clusters: listen on both families.
-    httpd = ThreadingHTTPServer(("", port), Handler, bind_and_activate=False)
-    httpd.socket.close()
-    httpd.socket = http_server.bind_socket(http_server.ANY_ADDRESS, port, backlog=16)
-    httpd.server_address = httpd.socket.getsockname()[:2]
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, name="probes", daemon=True).start()
-    return httpd
 
 
 def run(settings: DevicePluginSettings) -> int:

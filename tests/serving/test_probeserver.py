@@ -1,0 +1,37 @@
+"""The node parts' probe port: /healthz follows ready(), /metrics the registry, anything else is 404."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+
+import prometheus_client
+
+from webhook.devcluster.controlplane import free_port
+from webhook.serving import probeserver
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read()
+
+
+def test_healthz_is_503_until_ready_and_metrics_and_unknown_paths_answer():
+    ready = [False]
+    registry = prometheus_client.CollectorRegistry()
+    prometheus_client.Counter("gpushare_probe_test", "a counter", registry=registry).inc()
+    port = free_port()
+    httpd = probeserver.serve(port, lambda: ready[0], registry)
+    try:
+        assert _get(port, "/healthz") == (503, b"not registered\n")
+        ready[0] = True
+        assert _get(port, "/healthz") == (200, b"ok\n")
+        status, body = _get(port, "/metrics")
+        assert status == 200 and b"gpushare_probe_test_total 1.0" in body
+        assert _get(port, "/nope")[0] == 404
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
