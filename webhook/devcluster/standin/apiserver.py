@@ -10,7 +10,8 @@ Fixture API (`apiserver` in tests/conftest.py yields an `ApiServer`, started, st
   core / coordination        CoreV1Api(api) / CoordinationV1Api(api), typed Any for terse tests
   store                      the `apistore.Store` (direct, thread-safe); resources served: pods, nodes,
                              events, configmaps, secrets, namespaces, leases (coordination.k8s.io/v1),
-                             mutating/validatingwebhookconfigurations (admissionregistration.k8s.io/v1)
+                             mutating/validatingwebhookconfigurations (admissionregistration.k8s.io/v1),
+                             resourceslices, resourceclaims (resource.k8s.io/v1)
   Seeding / inspecting (direct, no request counted):
     add_node(name, gpus=..., gpu_mem=..., capacity=..., labels=..., annotations=...) -> dict
     add_pod(name, namespace="default", gpu_mem=[...per container], node_name=..., phase=..., labels=...,

@@ -38,6 +38,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("secrets", "Secret", "", "v1", True),
     ResourceType("namespaces", "Namespace", "", "v1", False),
     ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True),
+    # The DRA driver's objects (tests/dra): its node's slice, the claims it prepares.
+    ResourceType("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False),
+    ResourceType("resourceclaims", "ResourceClaim", "resource.k8s.io", "v1", True, has_status=True),
     ResourceType(
         "mutatingwebhookconfigurations",
         "MutatingWebhookConfiguration",

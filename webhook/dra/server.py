@@ -1,0 +1,131 @@
+"""The kubelet's DRA gRPC service, v1 and v1beta1 (the same calls; v1 adds the share ID), translated into
+calls on the `Preparer`. Every claim asked is in the answer, with its devices or its error: one claim
+that cannot be prepared never fails the others of the batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import grpc
+
+from webhook.dra import checkpoint
+from webhook.dra.preparer import PrepareError, Preparer
+from webhook.dra.v1 import api_pb2 as v1_pb2
+from webhook.dra.v1 import api_pb2_grpc as v1_grpc
+from webhook.dra.v1beta1 import api_pb2 as v1beta1_pb2
+from webhook.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+
+log = logging.getLogger(__name__)
+
+# The names the kubelet knows the services by (k8s.io/kubelet/pkg/apis/dra/*/types.go DRAPluginService).
+SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")
+
+
+class Observer(Protocol):
+    def called(self, call: str, seconds: float, claims: int, failed: int) -> None: ...
+
+
+class NoObserver:
+    def called(self, call: str, seconds: float, claims: int, failed: int) -> None:
+        pass
+
+
+def _prepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer, share_ids: bool) -> Any:
+    started = time.monotonic()
+    answer = pb.NodePrepareResourcesResponse()
+    failed = 0
+    for claim in claims:
+        entry = answer.claims[claim.uid]
+        try:
+            prepared = preparer.prepare(claim.uid, claim.namespace, claim.name)
+        except PrepareError as err:
+            log.warning("NodePrepareResources %s/%s: %s", claim.namespace, claim.name, err)
+            entry.error = str(err)
+            failed += 1
+            continue
+        entry.devices.extend(_device(pb, d, share_ids) for d in prepared)
+    observer.called("prepare", time.monotonic() - started, len(claims), failed)
+    return answer
+
+
+def _device(pb: Any, device: checkpoint.Device, share_ids: bool) -> Any:
+    out = pb.Device(
+        request_names=list(device.requests),
+        pool_name=device.pool,
+        device_name=device.device,
+        cdi_device_ids=list(device.cdi_ids),
+    )
+    if share_ids and device.share_id:
+        out.share_id = device.share_id
+    return out
+
+
+def _unprepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer) -> Any:
+    started = time.monotonic()
+    answer = pb.NodeUnprepareResourcesResponse()
+    failed = 0
+    for claim in claims:
+        entry = answer.claims[claim.uid]
+        try:
+            preparer.unprepare(claim.uid, claim.namespace, claim.name)
+        except PrepareError as err:
+            log.warning("NodeUnprepareResources %s/%s: %s", claim.namespace, claim.name, err)
+            entry.error = str(err)
+            failed += 1
+    observer.called("unprepare", time.monotonic() - started, len(claims), failed)
+    return answer
+
+
+class DraServiceV1(v1_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer, observer: Observer | None = None) -> None:
+        self.preparer = preparer
+        self.observer = observer or NoObserver()
+
+    def NodePrepareResources(  # noqa: N802 (the kubelet's method name)
+        self, request: v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1_pb2.NodePrepareResourcesResponse:
+        reply: v1_pb2.NodePrepareResourcesResponse = _prepare(
+            self.preparer, v1_pb2, request.claims, self.observer, share_ids=True
+        )
+        return reply
+
+    def NodeUnprepareResources(  # noqa: N802 (the kubelet's method name)
+        self, request: v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1_pb2.NodeUnprepareResourcesResponse:
+        reply: v1_pb2.NodeUnprepareResourcesResponse = _unprepare(
+            self.preparer, v1_pb2, request.claims, self.observer
+        )
+        return reply
+
+
+class DraServiceV1beta1(v1beta1_grpc.DRAPluginServicer):
+    def __init__(self, preparer: Preparer, observer: Observer | None = None) -> None:
+        self.preparer = preparer
+        self.observer = observer or NoObserver()
+
+    def NodePrepareResources(  # noqa: N802 (the kubelet's method name)
+        self, request: v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1_pb2.NodePrepareResourcesResponse:
+        reply: v1beta1_pb2.NodePrepareResourcesResponse = _prepare(
+            self.preparer, v1beta1_pb2, request.claims, self.observer, share_ids=False
+        )
+        return reply
+
+    def NodeUnprepareResources(  # noqa: N802 (the kubelet's method name)
+        self, request: v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
+    ) -> v1beta1_pb2.NodeUnprepareResourcesResponse:
+        reply: v1beta1_pb2.NodeUnprepareResourcesResponse = _unprepare(
+            self.preparer, v1beta1_pb2, request.claims, self.observer
+        )
+        return reply
+
+
+def add_services(server: grpc.Server, preparer: Preparer, observer: Observer | None = None) -> None:
+    v1_grpc.add_DRAPluginServicer_to_server(DraServiceV1(preparer, observer), server)  # type: ignore[no-untyped-call]
+    v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
+        DraServiceV1beta1(preparer, observer), server
+    )
