@@ -108,8 +108,8 @@ free_lists = st.lists(st.integers(0, 32), min_size=0, max_size=8)
 @given(free=free_lists, need=st.integers(1, 32), policy=st.sampled_from(list(Policy)))
 def test_quick_rank_is_rank_for_a_one_container_pod(free, need, policy):
     node = [Gpu(i, 32, 32 - f, True) for i, f in enumerate(free)]
-    free_desc = tuple(sorted(free, reverse=True))
-    assert ranking.quick_rank(need, free_desc, policy) == ranking.rank(demand(need), node, policy)
+    free_asc = tuple(sorted(free))
+    assert ranking.quick_rank(need, free_asc, policy) == ranking.rank(demand(need), node, policy)
 
 
 @settings(max_examples=300, deadline=None)

@@ -164,6 +164,7 @@ class Ledger:
     _used: dict[int, int] = field(default_factory=dict)
     _gpus: tuple[Gpu, ...] | None = None
     _free_desc: tuple[int, ...] | None = None
+    _free_asc: tuple[int, ...] | None = None
 
     @property
     def unit(self) -> str:
@@ -197,6 +198,7 @@ class Ledger:
     def _changed(self) -> None:
         self._gpus = None
         self._free_desc = None
+        self._free_asc = None
 
     def share(self, key: str) -> PodShare | None:
         return self._shares.get(key)
@@ -222,6 +224,12 @@ class Ledger:
         if self._free_desc is None:
             self._free_desc = tuple(sorted((g.free for g in self.gpus() if g.healthy), reverse=True))
         return self._free_desc
+
+    def free_asc(self) -> tuple[int, ...]:
+        """Free memory of each healthy GPU, smallest first (cached; filter's best fit bisects it)."""
+        if self._free_asc is None:
+            self._free_asc = self.free_desc()[::-1]
+        return self._free_asc
 
     def pods_on(self, gpu: int) -> tuple[PodShare, ...]:
         return tuple(s for s in self.shares() if gpu in s.allocation.per_gpu())

@@ -30,11 +30,16 @@ class Policy(enum.StrEnum):
 
 def policy_of(pod_annotations: Mapping[str, str] | None, default: Policy = Policy.BINPACK) -> Policy:
     """The pod's placement policy from its annotation; the default when absent or unknown."""
+    return pod_policy(pod_annotations) or default
+
+
+def pod_policy(pod_annotations: Mapping[str, str] | None) -> Policy | None:
+    """The policy the pod's annotation names; None when absent or unknown."""
     raw = (pod_annotations or {}).get(resources.PLACEMENT_POLICY_ANNOTATION, "")
     try:
         return Policy(str(raw).strip().lower())
     except ValueError:
-        return default
+        return None
 
 
 @dataclass(frozen=True, slots=True)

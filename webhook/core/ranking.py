@@ -11,6 +11,7 @@ kube-scheduler's own scores, which know nothing of GPUs, choose only among nodes
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
@@ -41,32 +42,50 @@ def rank(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy) -> Rank |
     return of_fit(placed, gpus, policy) if isinstance(placed, Fit) else None
 
 
-def quick_rank(need: int, free_desc: Sequence[int], policy: Policy) -> Rank | None:
+def quick_rank(need: int, free_asc: Sequence[int], policy: Policy) -> Rank | None:
     """`rank` for a pod that goes whole on one GPU (one gpu-mem container, one GPU), from the node's free
-    memory per healthy GPU, largest first: the same GPU `allocator.fit` picks, without building it."""
-    if not free_desc or free_desc[0] < need:
+    memory per healthy GPU, smallest first: the same GPU `allocator.fit` picks, without building it.
+    Filter calls it for every node, so it is a bisection and a sum."""
+    if not free_asc or free_asc[-1] < need:
         return None
-    node_left = sum(free_desc) - need
+    node_left = sum(free_asc) - need
     if policy is Policy.SPREAD:
-        return key(policy, free_desc[0] - need, node_left)
-    # Binpack: the smallest free GPU that still holds `need` (free_desc is descending).
-    low, high = 0, len(free_desc) - 1
-    while low < high:
-        middle = (low + high + 1) // 2
-        if free_desc[middle] >= need:
-            low = middle
-        else:
-            high = middle - 1
-    return key(policy, free_desc[low] - need, node_left)
+        return key(policy, free_asc[-1] - need, node_left)
+    # Binpack: the smallest free GPU that still holds `need`.
+    return key(policy, free_asc[bisect.bisect_left(free_asc, need)] - need, node_left)
+
+
+class Best:
+    """Collects the nodes holding the best key of their policy as they come, in the order added."""
+
+    __slots__ = ("_names", "_top")
+
+    def __init__(self) -> None:
+        self._top: dict[Policy, Rank] = {}
+        self._names: dict[Policy, list[str]] = {}
+
+    def add(self, name: str, policy: Policy, value: Rank) -> None:
+        top = self._top.get(policy)
+        if top is None or value < top:
+            self._top[policy] = value
+            self._names[policy] = [name]
+        elif value == top:
+            self._names[policy].append(name)
+
+    def names(self, order: Sequence[str]) -> list[str]:
+        """The best nodes; with several policies, in the order of `order`."""
+        if len(self._names) == 1:
+            return next(iter(self._names.values()))
+        kept = {name for names in self._names.values() for name in names}
+        return [name for name in order if name in kept]
 
 
 def best(ranked: Mapping[str, tuple[Policy, Rank]]) -> list[str]:
     """The nodes holding the best key of their policy, in the order given."""
-    top: dict[Policy, Rank] = {}
-    for policy, value in ranked.values():
-        if policy not in top or value < top[policy]:
-            top[policy] = value
-    return [name for name, (policy, value) in ranked.items() if value == top[policy]]
+    found = Best()
+    for name, (policy, value) in ranked.items():
+        found.add(name, policy, value)
+    return found.names(list(ranked))
 
 
 def scores(ranked: Mapping[str, tuple[Policy, Rank]]) -> dict[str, int]:

@@ -111,15 +111,19 @@ def _best_quick(
     default_policy: allocator.Policy,
 ) -> list[str]:
     """The best of `names` for a pod that goes whole on one GPU: keys from each node's free memory per
-    GPU (kept by the ledger), without building a placement. Hold `cache.locked()`."""
-    ranked: dict[str, tuple[allocator.Policy, ranking.Rank]] = {}
+    GPU (kept sorted by the ledger), without building a placement. Hold `cache.locked()`. Filter runs this
+    for every node kube-scheduler sends, so the policy is read once and each node costs a bisection."""
+    found = ranking.Best()
+    fixed = allocator.pod_policy(notes)  # the pod's annotation wins over every node's label
     for name in names:
         ledger = cache.ledger(name)
-        policy = modes.placement_policy(notes, cache.placement(name), default_policy)
-        value = None if ledger is None else ranking.quick_rank(need, ledger.free_desc(), policy)
+        if ledger is None:
+            continue
+        policy = fixed or cache.placement(name) or default_policy
+        value = ranking.quick_rank(need, ledger.free_asc(), policy)
         if value is not None:
-            ranked[name] = (policy, value)
-    return ranking.best(ranked)
+            found.add(name, policy, value)
+    return found.names(names)
 
 
 def _judge(

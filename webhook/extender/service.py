@@ -146,7 +146,12 @@ def freeze_when_synced(extender: Extender, stop: threading.Event) -> None:
 
 def run(settings: ExtenderSettings) -> None:
     api = kube_client.connect(
-        kube_client.ClientSettings(host=settings.api_server or "", kubeconfig=settings.kubeconfig or "")
+        kube_client.ClientSettings(
+            host=settings.api_server or "",
+            kubeconfig=settings.kubeconfig or "",
+            # Every bind worker, the two watches and the Lease at once, each on a kept connection.
+            pool_size=settings.bind_workers + 4,
+        )
     )
     stop = threading.Event()
     try:

@@ -41,6 +41,10 @@ class ClientSettings:
     # urllib3 retries of a failed connection; None keeps its default (3). One-shot commands use 0 so an
     # unreachable server fails after one timeout, not four.
     retries: int | None = None
+    # Connections kept to the API server; 0 keeps the client's default (5 per CPU). A caller with more
+    # requests in flight than that (the extender's bind workers) would open and TLS-handshake a new
+    # connection for each request over it.
+    pool_size: int = 0
 
 
 class ConfigError(errors.ApiError):
@@ -77,6 +81,8 @@ def configuration(settings: ClientSettings) -> kubernetes.client.Configuration:
         config.verify_ssl = False
     if settings.retries is not None:
         config.retries = settings.retries
+    if settings.pool_size:
+        config.connection_pool_maxsize = settings.pool_size
     return config
 
 

@@ -7,12 +7,12 @@ and the connection pool.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import kubernetes.client
+import orjson
 import urllib3
 
 from webhook.kube import errors
@@ -82,7 +82,7 @@ def request(
     if not data:
         return None
     try:
-        return json.loads(data)
+        return orjson.loads(data)
     except ValueError as exc:
         raise errors.ApiError(raw.status, "BadResponse", f"reply is not JSON: {exc}") from exc
 

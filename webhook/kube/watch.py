@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import queue
 import random
@@ -20,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import kubernetes.client
+import orjson
 import urllib3
 
 from webhook.kube import errors, rest
@@ -229,7 +229,7 @@ class Watcher:
 
     def _handle_line(self, line: bytes) -> None:
         try:
-            event = json.loads(line)
+            event = orjson.loads(line)  # ~3x faster than json on pod events, the extender's steady load
             kind, obj = event["type"], event["object"]
         except (ValueError, KeyError, TypeError) as exc:
             raise errors.ApiError(200, "BadWatchEvent", f"undecodable watch event: {line[:200]!r}") from exc

@@ -1,0 +1,388 @@
+"""Placement through the real kube-scheduler with the chart's profile (issue 20): packing against online
+best fit in the same order, and steady-state throughput against the same kube-scheduler binary without us.
+
+Run: .venv/bin/python bench/placement.py [--seeds 3] [--nodes 200] [--pods 1500]
+
+Packing: nodes of mixed GPU sizes (16, 24, 32, 80 GiB); a workload that packs exactly (each GPU's memory
+split into pod sizes) in a seeded random order; pods created while no scheduler runs (named in that order,
+which is the order kube-scheduler's queue takes them), then the chart's kube-scheduler + extender place
+them until nothing more fits. Reported: GiB placed against online best fit in the same order (the
+reference) and offline best-fit-decreasing, over-committed GPUs from the API server's own state (must be 0).
+Spread: a half-full workload; the spread of free memory per GPU against online worst fit (emptiest GPU).
+
+Speed: N nodes x 8 GPUs x 16 GiB, M pods of 2 GiB, against the same kube-scheduler binary scheduling M
+pods asking `nvidia.com/gpu: 1` on N nodes of 8 cards, with no extender; both with the client's rate
+limit lifted. Pods/s from 10 % to 90 % bound (a watch counts bindings), CPU ms per scheduled pod of every
+process in that window (from /proc), and API requests per pod by verb and resource (kube-apiserver's
+apiserver_request_total).
+"""
+# ruff: noqa: E501  (report lines are kept whole)
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import re
+import ssl
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.e2e import objects, placement
+from tests.e2e.bed import Bed, admin_api
+from webhook.core import resources
+from webhook.devcluster import binaries
+from webhook.devcluster.controlplane import ControlPlane
+from webhook.devcluster.process import Process
+from webhook.kube import rest, watch
+
+SIZES = (16, 24, 32, 80)
+PLAIN = "plain-scheduler"
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+# -- workloads and their references ------------------------------------------------------------------
+def exact_workload(gpus: list[int], rng: random.Random) -> list[int]:
+    """Pod sizes (GiB) that fill every GPU exactly: each GPU's memory cut into pieces of 1..16 GiB."""
+    pods: list[int] = []
+    for size in gpus:
+        left = size
+        while left:
+            piece = min(left, rng.choice((1, 2, 2, 4, 4, 6, 8, 8, 12, 16)))
+            pods.append(piece)
+            left -= piece
+    rng.shuffle(pods)
+    return pods
+
+
+def online(gpus: list[int], pods: list[int], spread: bool = False) -> tuple[int, list[int]]:
+    """GiB placed by online best fit (worst fit when `spread`) over every GPU, pods in the given order;
+    and the free memory per GPU left."""
+    free = list(gpus)
+    placed = 0
+    for need in pods:
+        fitting = [i for i, f in enumerate(free) if f >= need]
+        if not fitting:
+            continue
+        pick = (max if spread else min)(fitting, key=lambda i: free[i])
+        free[pick] -= need
+        placed += need
+    return placed, free
+
+
+def best_fit_decreasing(gpus: list[int], pods: list[int]) -> int:
+    return online(gpus, sorted(pods, reverse=True))[0]
+
+
+# -- the cluster ---------------------------------------------------------------------------------------
+def gpu_nodes(bed: Bed, group: str, sizes: list[int], gpus: int) -> dict[str, int]:
+    """One node per entry of `sizes` (GiB per GPU), `gpus` GPUs each; node -> GiB per GPU."""
+    names = {f"{group}-{i}": size for i, size in enumerate(sizes)}
+    labels = {"cgpu.disable.isolation": "false"}
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda n: bed.node(n, gpus, names[n], labels=labels, group=group), names))
+    return names
+
+
+def card_nodes(bed: Bed, group: str, count: int) -> None:
+    def one(i: int) -> None:
+        name = f"{group}-{i}"
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"e2e-group": group}},
+        }
+        node = bed.request("POST", rest.path("nodes"), body=body)
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", resources.NVIDIA_GPU: "8"}
+        node["status"] = {"capacity": capacity, "allocatable": capacity}
+        bed.request("PUT", rest.path("nodes", name) + "/status", body=node)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(count)))
+
+
+def create(bed: Bed, ns: str, bodies: list[dict[str, Any]]) -> None:
+    # In any order: kube-scheduler's first list returns them sorted by name, and its queue keeps that order.
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda b: bed.request("POST", rest.path("pods", namespace=ns), body=b), bodies))
+
+
+class Bindings:
+    """Counts the pods of a namespace that have a node, from a watch (no LIST per poll)."""
+
+    def __init__(self, bed: Bed, ns: str) -> None:
+        self.bound: set[str] = set()
+        self.last_change = time.monotonic()
+        self.lock = threading.Lock()
+        self.watcher = watch.Watcher(bed.api, rest.path("pods", namespace=ns), self._on, name=f"bench-{ns}")
+
+    def _on(self, event: watch.WatchEvent) -> None:
+        pods = event.objects if event.type == watch.RESYNC else (event.object,) if event.object else ()
+        with self.lock:
+            for pod in pods:
+                if pod["spec"].get("nodeName") and pod["metadata"]["name"] not in self.bound:
+                    self.bound.add(pod["metadata"]["name"])
+                    self.last_change = time.monotonic()
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.bound)
+
+    def __enter__(self) -> Bindings:
+        self.watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.watcher.stop()
+
+
+def cpu_seconds(processes: list[Process]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for p in processes:
+        try:
+            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[p.name] = (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
+    return out
+
+
+def api_requests(bed: Bed) -> Counter[tuple[str, str]]:
+    counts: Counter[tuple[str, str]] = Counter()
+    pattern = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
+    for line in bed.cp.get_raw("/metrics").decode().splitlines():
+        m = pattern.match(line)
+        if m:
+            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
+            key = (
+                labels.get("verb", ""),
+                labels.get("resource", "")
+                + ("/" + labels["subresource"] if labels.get("subresource") else ""),
+            )
+            counts[key] += int(float(m.group(2)))
+    return counts
+
+
+def extender_times(bed: Bed) -> str:
+    assert bed.cp.pki is not None
+    context = ssl.create_default_context(cafile=str(bed.cp.pki.ca_crt))
+    url = f"https://127.0.0.1:{bed.extender_port}/metrics"
+    with urllib.request.urlopen(url, context=context, timeout=10) as reply:
+        text = reply.read().decode()
+    shown = []
+    for route in ("filter", "prioritize", "bind"):
+        total = count = 0.0
+        for line in text.splitlines():
+            if f'endpoint="{route}"' in line and line.startswith(
+                "gpushare_extender_request_duration_seconds_sum"
+            ):
+                total += float(line.rsplit(" ", 1)[1])
+            elif f'endpoint="{route}"' in line and line.startswith(
+                "gpushare_extender_request_duration_seconds_count"
+            ):
+                count += float(line.rsplit(" ", 1)[1])
+        shown.append(f"{route} {1000 * total / count:.2f} ms x {count:.0f}" if count else f"{route} none")
+    return ", ".join(shown)
+
+
+# -- runs ----------------------------------------------------------------------------------------------
+def saturate(
+    bed: Bed, ns: str, pods: int, start: Any, *, quiet_s: float = 8.0, limit_s: float = 900
+) -> Process:
+    """Start a scheduler and wait until every pod is bound or nothing was bound for `quiet_s`."""
+    with Bindings(bed, ns) as seen:
+        process: Process = start()
+        t0 = time.monotonic()
+        while seen.count() < pods and time.monotonic() - seen.last_change < quiet_s:
+            if time.monotonic() - t0 > limit_s:
+                raise SystemExit(f"{ns}: no saturation after {limit_s} s; logs in {bed.cp.logs}")
+            time.sleep(0.2)
+    return process
+
+
+def stop(bed: Bed, process: Process) -> None:
+    process.stop(grace=5)
+    bed.processes.remove(process)
+
+
+def packing(bed: Bed, seed: int, nodes: int, gpus: int, policy: str) -> None:
+    rng = random.Random(seed)
+    group = f"pack-{policy}-{seed}"
+    sizes = [SIZES[i % len(SIZES)] for i in range(nodes)]
+    rng.shuffle(sizes)
+    capacity = gpu_nodes(bed, group, sizes, gpus)
+    all_gpus = [capacity[n] for n in capacity for _ in range(gpus)]
+    if policy == "binpack":
+        workload = exact_workload(all_gpus, rng)
+    else:  # half full: room for every pod, so only where they go differs
+        workload = [rng.choice((1, 2, 4, 8)) for _ in range(sum(all_gpus) // 2 // 4)]
+    ns = bed.namespace(group)
+    notes = {resources.PLACEMENT_POLICY_ANNOTATION: policy}
+    bodies = [
+        objects.in_group(objects.gpu_pod(f"p{i:05d}", gib, annotations=notes), group)
+        for i, gib in enumerate(workload)
+    ]
+    create(bed, ns, bodies)
+    t0 = time.monotonic()
+    stop(bed, saturate(bed, ns, len(bodies), bed.start_scheduler))
+    elapsed = time.monotonic() - t0
+    stored = bed.pods(ns)
+    used = placement.check_invariant(stored, capacity)  # raises on any over-committed GPU
+    over = sum(1 for (node, _), gib in used.items() if gib > capacity[node])
+    placed = sum(used.values())
+    total = sum(all_gpus)
+    if policy == "binpack":
+        reference, _ = online(all_gpus, workload)
+        bfd = best_fit_decreasing(all_gpus, workload)
+        print(
+            f"  binpack seed {seed}: {len(workload)} pods, {total} GiB on {len(all_gpus)} GPUs; placed {placed} GiB "
+            f"= {placed / reference:.4f}x online best fit ({reference}), {placed / bfd:.4f}x best-fit-decreasing ({bfd}); "
+            f"over-committed GPUs: {over}; {elapsed:.1f} s"
+        )
+    else:
+        ours = [capacity[node] - used.get((node, g), 0) for node in capacity for g in range(gpus)]
+        ours_frac = [f / s for f, s in zip(ours, all_gpus, strict=True)]
+        if os.environ.get("BENCH_DEBUG"):
+            for node in capacity:
+                print(
+                    "   ",
+                    node,
+                    capacity[node],
+                    [capacity[node] - used.get((node, g), 0) for g in range(gpus)],
+                )
+        _, ideal = online(all_gpus, workload, spread=True)
+        ideal_frac = [f / s for f, s in zip(ideal, all_gpus, strict=True)]
+        print(
+            f"  spread seed {seed}: {len(workload)} pods, {placed}/{sum(workload)} GiB placed; free share per GPU "
+            f"stdev {statistics.pstdev(ours_frac):.3f} (online worst fit {statistics.pstdev(ideal_frac):.3f}), "
+            f"min {min(ours_frac):.3f} ({min(ideal_frac):.3f}); over-committed GPUs: {over}"
+        )
+
+
+def speed(bed: Bed, label: str, ns: str, bodies: list[dict[str, Any]], start: Any) -> dict[str, Any]:
+    create(bed, ns, bodies)
+    total = len(bodies)
+    low, high = total // 10, total * 9 // 10
+    marks: dict[str, Any] = {}
+    with Bindings(bed, ns) as seen:
+        t0 = time.monotonic()
+        process: Process = start()
+        watched = [*bed.cp.processes, *bed.processes]
+        for name, goal in (("low", low), ("high", high)):
+            while seen.count() < goal:
+                if time.monotonic() - t0 > 900:
+                    raise SystemExit(f"{label}: only {seen.count()}/{total} bound; logs in {bed.cp.logs}")
+                time.sleep(0.01)
+            marks[name] = (time.monotonic(), seen.count(), cpu_seconds(watched), api_requests(bed))
+        while seen.count() < total and time.monotonic() - seen.last_change < 15:
+            time.sleep(0.1)
+    stop(bed, process)
+    (t_low, n_low, cpu_low, req_low), (t_high, n_high, cpu_high, req_high) = marks["low"], marks["high"]
+    pods = n_high - n_low
+    rate = pods / (t_high - t_low)
+    cpu = {name: 1000 * (cpu_high[name] - cpu_low.get(name, 0.0)) / pods for name in cpu_high}
+    requests = {
+        key: (req_high[key] - req_low.get(key, 0)) / pods
+        for key in req_high
+        if req_high[key] - req_low.get(key, 0)
+    }
+    shown = " / ".join(f"{name} {ms:.2f}" for name, ms in sorted(cpu.items()) if ms >= 0.005)
+    print(
+        f"  {label}: {rate:7.1f} pods/s ({n_low}->{n_high} bound in {t_high - t_low:.2f} s); CPU ms per pod: {shown}"
+    )
+    if label.startswith("gpu-mem"):
+        print("    the extender's own time per call: " + extender_times(bed))
+    busiest = sorted(requests.items(), key=lambda kv: -kv[1])[:8]
+    print("    API requests per pod: " + ", ".join(f"{verb} {res} {n:.2f}" for (verb, res), n in busiest))
+    return {"rate": rate, "cpu": cpu}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="packing workloads to try")
+    parser.add_argument("--pack-nodes", type=int, default=24, help="nodes per packing workload")
+    parser.add_argument("--pack-gpus", type=int, default=4, help="GPUs per packing node")
+    parser.add_argument("--nodes", type=int, default=200, help="nodes of the speed runs (8 GPUs each)")
+    parser.add_argument("--pods", type=int, default=1500, help="pods of each speed run")
+    parser.add_argument("--skip-packing", action="store_true")
+    parser.add_argument("--skip-speed", action="store_true")
+    parser.add_argument("--skip-reference", action="store_true", help="speed: only the run with the extender")
+    args = parser.parse_args()
+    bins = binaries.locate()
+    if bins is None:
+        raise SystemExit("run scripts/kube-bins first (needs Go)")
+    cp = ControlPlane(bins, Path(tempfile.mkdtemp(prefix="gpushare-placement-"))).start()
+    api = admin_api(cp)
+    bed = Bed(cp, cp.workdir / "bed", api)
+    bed.root.mkdir()
+    try:
+        bed.install()
+        bed.start_webhook()
+        bed.start_extender()
+        print(
+            f"binaries {bins.name}; {os.cpu_count()} CPUs; chart profile (scheduler.mode=second) + extender"
+        )
+        if not args.skip_packing:
+            print(
+                f"packing: {args.pack_nodes} nodes x {args.pack_gpus} GPUs of {'/'.join(map(str, SIZES))} GiB"
+            )
+            for seed in range(1, args.seeds + 1):
+                packing(bed, seed, args.pack_nodes, args.pack_gpus, "binpack")
+            packing(bed, 1, args.pack_nodes, args.pack_gpus, "spread")
+        if not args.skip_speed:
+            print(f"speed: {args.nodes} nodes x 8 GPUs, {args.pods} pods per run, 10% -> 90% bound")
+            gpu_nodes(bed, "speed-share", [16] * args.nodes, 8)
+            card_nodes(bed, "speed-cards", args.nodes)
+            share = [
+                objects.in_group(objects.gpu_pod(f"s{i:05d}", 2), "speed-share") for i in range(args.pods)
+            ]
+            cards = [
+                objects.pod(f"w{i:05d}", objects.container(limits={resources.NVIDIA_GPU: "1"}))
+                for i in range(args.pods)
+            ]
+            for body in cards:
+                body["spec"].update(nodeSelector={"e2e-group": "speed-cards"}, schedulerName=PLAIN)
+            plain = (
+                {"rate": float("nan"), "cpu": {}}
+                if args.skip_reference
+                else speed(
+                    bed,
+                    "nvidia.com/gpu pods, same kube-scheduler, no extender",
+                    bed.namespace("speed-cards"),
+                    cards,
+                    lambda: bed.start_scheduler(plain=PLAIN, qps=1000),
+                )
+            )
+            ours = speed(
+                bed,
+                "gpu-mem pods, chart profile + extender",
+                bed.namespace("speed-share"),
+                share,
+                lambda: bed.start_scheduler(qps=1000),
+            )
+            print(f"ratio: {ours['rate'] / plain['rate']:.2f}x (goal >= 0.5x)")
+            for name in ("etcd", "kube-apiserver"):
+                if plain["cpu"].get(name):
+                    print(
+                        f"  {name} CPU per pod: {ours['cpu'][name] / plain['cpu'][name]:.2f}x the reference (goal <= 1.5x)"
+                    )
+    finally:
+        bed.stop_all()
+        cp.stop()
+        api.close()  # type: ignore[no-untyped-call]
+
+
+if __name__ == "__main__":
+    main()
