@@ -1,4 +1,5 @@
-"""Session fixtures of the end-to-end suite: real etcd, kube-apiserver and kube-scheduler (built by
+"""Session fixtures of the end-to-end suite: real etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler (built by
 scripts/kube-bins), the chart installed by Helm, our parts on this host. Without the binaries the suite
 skips, except in CI (CI=true), where it fails: there it must run."""
 
@@ -22,7 +23,8 @@ def kube_bins() -> Path:
     folder = binaries.locate()
     if folder is None:
         message = (
-            "kube-apiserver, kube-scheduler and etcd are not built: run `bash scripts/kube-bins` (needs Go)"
+            "kube-apiserver, kube-controller-manager, kube-scheduler and etcd are not built: "
+            "run `bash scripts/kube-bins` (needs Go)"
         )
         if os.environ.get("CI"):
             pytest.fail(message)

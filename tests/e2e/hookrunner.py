@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.devcluster import release
-from webhook.kube import rest
+from webhook.kube import errors, rest
 
 
 class HookRunner:
@@ -77,20 +77,42 @@ class HookRunner:
             if result.returncode != 0:
                 ok = False
                 self.errors.append(f"hook {job['metadata']['name']}/{container['name']}: {result.stderr}")
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        kinds = ["SuccessCriteriaMet", "Complete"] if ok else ["FailureTarget", "Failed"]
-        job["status"] = {
-            "startTime": now,
-            **({"completionTime": now, "succeeded": 1} if ok else {"failed": 1}),
-            "conditions": [
-                {"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
-                for kind in kinds
-            ],
-        }
         name = job["metadata"]["name"]
         try:
-            rest.request(
-                self.api, "PUT", rest.path("jobs", name, self.namespace, group="batch") + "/status", body=job
-            )
+            self._mark(name, ok)
         except Exception as err:
             self.errors.append(f"marking hook Job {name}: {err}")
+
+    def _mark(self, name: str, ok: bool) -> None:
+        """Finish the Job's status as its controller would. kube-controller-manager's Job controller
+        writes the same status meanwhile (its start time, the pod it made, which no kubelet runs): start
+        from the stored status, keep its start time (the API server refuses a change), count no pod
+        active, and write again on a conflict."""
+        path = rest.path("jobs", name, self.namespace, group="batch")
+        for _ in range(20):
+            job = rest.request(self.api, "GET", path)
+            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            kinds = ["SuccessCriteriaMet", "Complete"] if ok else ["FailureTarget", "Failed"]
+            status = job.get("status") or {}
+            job["status"] = {
+                **status,
+                "startTime": status.get("startTime") or now,
+                "active": 0,
+                "ready": 0,
+                "terminating": 0,
+                "uncountedTerminatedPods": {},
+                **({"completionTime": now, "succeeded": 1} if ok else {"failed": 1}),
+                "conditions": [
+                    *(status.get("conditions") or []),
+                    *(
+                        {"type": kind, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
+                        for kind in kinds
+                    ),
+                ],
+            }
+            try:
+                rest.request(self.api, "PUT", path + "/status", body=job)
+                return
+            except errors.ConflictError:
+                time.sleep(0.1)
+        raise RuntimeError("still conflicting after 20 writes")

@@ -158,7 +158,11 @@ def _patch(bed: Bed, plural: str, name: str, ns: str, body: dict[str, Any], *, g
 
 def test_updates_that_leave_what_the_rules_read_never_reach_the_webhook(bed: Bed, ns: str) -> None:
     _create(bed, ns, objects.gpu_pod("updated", 1))
-    _create(bed, ns, objects.deployment("scaled", objects.container(limits={resources.GPU_MEMORY: "1"})))
+    scaled = objects.deployment("scaled", objects.container(limits={resources.GPU_MEMORY: "1"}))
+    # Paused from the start, kube-controller-manager makes no ReplicaSet (nor pods) for it, whose
+    # reviews would mix with those of this test's own writes.
+    scaled["spec"]["paused"] = True
+    _create(bed, ns, scaled)
     before = _reviews(bed)
     # What the extender, the device plugin and controllers write: placement annotations, replicas.
     _patch(bed, "pods", "updated", ns, {"metadata": {"annotations": {"example.com/note": "x"}}})

@@ -1,4 +1,4 @@
-"""Where the locally built kube-apiserver, kube-scheduler and etcd are.
+"""Where the locally built kube-apiserver, kube-controller-manager, kube-scheduler and etcd are.
 
 `scripts/kube-bins` builds them into a cache folder keyed by version and prints it; the tests and
 `gpushare demo` take that folder from $GPUSHARE_KUBE_BINS, or else the newest complete one in the cache.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-NAMES = ("etcd", "kube-apiserver", "kube-scheduler")
+NAMES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 ENV = "GPUSHARE_KUBE_BINS"
 
 

@@ -1,7 +1,9 @@
-"""etcd and kube-apiserver on 127.0.0.1, started as a real cluster's control plane is, minus kubelets.
+"""etcd, kube-apiserver and kube-controller-manager on 127.0.0.1, started as a real cluster's control plane
+is, minus kubelets.
 
-TLS everywhere the API server serves, RBAC and Node authorization, bound service-account tokens, and the
-default admission plugins, save the one that waits for a kubelet (see `_DISABLED_ADMISSION`).
+TLS everywhere the API server serves, RBAC and Node authorization, bound service-account tokens, the
+default admission plugins, save the one that waits for a kubelet (see `_DISABLED_ADMISSION`), and the
+controllers, save the two that act on Nodes as if kubelets ran (controllermanager.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import socket
 import ssl
 import tempfile
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from webhook.devcluster import controllermanager
 from webhook.devcluster import pki as pkimod
 from webhook.devcluster.process import Process
 
@@ -38,7 +42,8 @@ def free_port() -> int:
 
 @dataclass
 class ControlPlane:
-    """`start()` brings up etcd and kube-apiserver under `workdir`; `stop()` ends both (idempotent)."""
+    """`start()` brings up etcd, kube-apiserver and kube-controller-manager under `workdir`; `stop()` ends
+    them (idempotent)."""
 
     bins: Path
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpushare-cp-")))
@@ -118,6 +123,29 @@ class ControlPlane:
                 "client-key": str(pki.key("admin")),
             },
         )
+        self._start_controller_manager(timeout)
+
+    def _start_controller_manager(self, timeout: float) -> None:
+        assert self.pki is not None
+        crt, key = pkimod.client(self.pki, "controller-manager", controllermanager.USER, [])
+        kubeconfig = self.write_kubeconfig(
+            self.workdir / "controller-manager.kubeconfig",
+            user={"client-certificate": str(crt), "client-key": str(key)},
+        )
+        port = free_port()
+        manager = self._spawn(
+            controllermanager.NAME,
+            controllermanager.argv(self.bins, self.pki, kubeconfig, port, self.workdir),
+        )
+        pki = self.pki
+        manager.wait_until(lambda: controllermanager.healthy(pki, port), timeout, "healthy")
+        # Healthy is not yet at work: the serviceaccount controller's first ServiceAccount says the
+        # controllers run with their own credentials and their informers have synced.
+        manager.wait_until(
+            lambda: self._exists("/api/v1/namespaces/default/serviceaccounts/default"),
+            timeout,
+            "creating the default ServiceAccount",
+        )
 
     def _spawn(self, name: str, argv: list[str]) -> Process:
         process = Process(name, argv, self.logs / f"{name}.log").start()
@@ -126,6 +154,15 @@ class ControlPlane:
 
     def _ready(self) -> bool:
         return self.get_raw("/readyz") == b"ok"
+
+    def _exists(self, path: str) -> bool:
+        try:
+            self.get_raw(path)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return False
+            raise
+        return True
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client context trusting the cluster CA, presenting the admin certificate."""

@@ -27,7 +27,7 @@ from webhook.devcluster import helm, mounts, objects
 from webhook.devcluster import pki as pkimod
 from webhook.devcluster.controlplane import ControlPlane, free_port
 from webhook.devcluster.process import Process, child_env, http_status
-from webhook.kube import client, rest
+from webhook.kube import client, errors, rest
 
 Obj = dict[str, Any]
 GPUSHARE = str(Path(sys.executable).with_name("gpushare"))
@@ -122,26 +122,34 @@ class Release:
         return mounts.write_mounts(self.api, self.pod_spec("deployments", name), NAMESPACE, self.root / name)
 
     def namespace(self, name: str, labels: Mapping[str, str] | None = None) -> str:
-        """A namespace with what kube-controller-manager would put in it: the `default` ServiceAccount
-        (the ServiceAccount admission plugin refuses pods until it exists) and the `kube-root-ca.crt`
-        ConfigMap (a kubelet cannot mount a pod's service-account token volume without it)."""
+        """A namespace, once kube-controller-manager has put in it what pods need: the `default`
+        ServiceAccount (the ServiceAccount admission plugin refuses pods until it exists) and the
+        `kube-root-ca.crt` ConfigMap (a kubelet cannot mount a pod's service-account token volume
+        without it)."""
         body = {
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": {"name": name, "labels": dict(labels or {})},
         }
         objects.create_or_get(self.api, rest.path("namespaces"), body)
-        sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}
-        objects.create_or_get(self.api, rest.path("serviceaccounts", namespace=name), sa)
-        assert self.cp.pki is not None
-        root_ca = {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": "kube-root-ca.crt"},
-            "data": {"ca.crt": self.cp.pki.ca_crt.read_text()},
-        }
-        objects.create_or_get(self.api, rest.path("configmaps", namespace=name), root_ca)
+        self.wait_for_object(rest.path("serviceaccounts", "default", name))
+        self.wait_for_object(rest.path("configmaps", "kube-root-ca.crt", name))
         return name
+
+    def wait_for_object(self, path: str, timeout: float = 30.0) -> Obj:
+        """The object at `path` once it exists: for one a controller makes."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                found: Obj = self.request("GET", path)
+                return found
+            except errors.NotFoundError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"{path} not made after {timeout:.0f} s: is kube-controller-manager running? "
+                        f"(its log: {self.cp.logs / 'kube-controller-manager.log'})"
+                    ) from None
+                time.sleep(0.1)
 
     def token(self, name: str, namespace: str = NAMESPACE, bound_pod: Obj | None = None) -> str:
         """A bound token of ServiceAccount `name` (TokenRequest), as the kubelet would project it."""
