@@ -170,12 +170,17 @@ def test_device_plugin_daemonset_meets_the_kubelet_contract(objects: list[dict[s
     spec = ds["spec"]["template"]["spec"]
     assert "nodeSelector" not in spec  # the mode affinity chooses the nodes (test_deviceplugin_modes.py)
     host_paths = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
-    # The device-plugin folder, and the PodResources folder (test_deviceplugin_modes.py); nothing else.
+    # The device-plugin folder, the PodResources folder (test_deviceplugin_modes.py) and the node's /proc
+    # for GPU usage (read-only: NVML's PIDs are the host's); nothing else.
     assert host_paths == {
         "device-plugins": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
         "pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+        "host-proc": {"path": "/proc", "type": "Directory"},
     }
     container = spec["containers"][0]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["host-proc"] == {"name": "host-proc", "mountPath": "/host/proc", "readOnly": True}
+    assert "--proc-root=/host/proc" in container["args"]
     env = {e["name"]: e for e in container["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert "--device-plugin-dir=/var/lib/kubelet/device-plugins" in container["args"]

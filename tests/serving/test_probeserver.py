@@ -35,3 +35,18 @@ def test_healthz_is_503_until_ready_and_metrics_and_unknown_paths_answer():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_part_adds_get_routes_of_its_own_and_the_query_string_is_ignored():
+    registry = prometheus_client.CollectorRegistry()
+    port = free_port()
+    httpd = probeserver.serve(
+        port, lambda: True, registry, {"/usage": lambda: (503, "application/json", b"{}")}
+    )
+    try:
+        assert _get(port, "/usage?node=a") == (503, b"{}")
+        assert _get(port, "/metrics?x=1")[0] == 200
+        assert _get(port, "/usage/more")[0] == 404
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

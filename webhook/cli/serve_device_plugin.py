@@ -124,6 +124,49 @@ def build_parser() -> argparse.ArgumentParser:
         help="the MPS log directory on the node, mounted into MPS containers "
         f"(default {mps.DEFAULT_LOG_DIRECTORY})",
     )
+    usage = p.add_argument_group("GPU usage and over-share (docs/device-plugin.md)")
+    usage.add_argument(
+        "--usage-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="sample each GPU's processes and match them to pods this often; 0 turns usage off (default 10)",
+    )
+    usage.add_argument(
+        "--proc-root",
+        type=Path,
+        default=dp_settings.DEFAULT_PROC_ROOT,
+        metavar="DIR",
+        help="the host's /proc, to read the cgroup of each GPU process (NVML reports host PIDs; the chart "
+        "mounts it at /host/proc)",
+    )
+    usage.add_argument(
+        "--fake-processes",
+        type=Path,
+        metavar="FILE",
+        help="with --fake-gpus or --inventory-file: GPU processes from a YAML/JSON file, re-read every poll, "
+        "e.g. 'processes: [{gpu: 0, pid: 4242, memory: 5GiB, utilization: 0.4}]'",
+    )
+    usage.add_argument(
+        "--overshare-grace",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a container above its share this long is over-share: metric, Event, log (default 60)",
+    )
+    usage.add_argument(
+        "--overshare-event-interval",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="at most one over-share Event per container this often (default 600)",
+    )
+    usage.add_argument(
+        "--overshare-evict",
+        action="store_true",
+        help="evict pods over their share (Eviction API) on nodes labelled ack.node.gpu.schedule=share; "
+        "never on cgpu or mps nodes (off by default)",
+    )
     p.add_argument(
         "--log-level", choices=("debug", "info", "warning", "error"), default="info", help="log level"
     )
@@ -153,6 +196,12 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_
         force_mps=args.mps,
         mps_pipe_dir=args.mps_pipe_dir,
         mps_log_dir=args.mps_log_dir,
+        usage_interval_s=args.usage_interval,
+        proc_root=args.proc_root,
+        fake_processes=args.fake_processes,
+        overshare_grace_s=args.overshare_grace,
+        overshare_event_interval_s=args.overshare_event_interval,
+        overshare_evict=args.overshare_evict,
         log_level=args.log_level,
         log_format=args.log_format,
     ).validate()

@@ -12,11 +12,10 @@ import threading
 from http.server import ThreadingHTTPServer
 from types import FrameType
 
-import prometheus_client
-
 from webhook.core import cardviews, resources
 from webhook.deviceplugin import (
     allocator,
+    metrics,
     node,
     nodemode,
     podsource,
@@ -24,6 +23,7 @@ from webhook.deviceplugin import (
     registration,
     server,
     state,
+    usagewiring,
     wholecards,
 )
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
@@ -37,51 +37,6 @@ log = logging.getLogger(__name__)
 
 class StartError(Exception):
     """The plugin cannot start: no GPUs, an unreadable inventory, an oversized device list, no API."""
-
-
-class Metrics(server.Observer):
-    """Allocate and correction counts by `resource` (gpu-mem, whole cards): both endpoints share them."""
-
-    def __init__(self, resource_names: tuple[str, ...]) -> None:
-        self.registry = prometheus_client.CollectorRegistry()
-        self.allocations = prometheus_client.Counter(
-            "gpushare_device_plugin_allocations",
-            "Allocate calls by resource and result",
-            ["resource", "result"],
-            registry=self.registry,
-        )
-        self.latency = prometheus_client.Histogram(
-            "gpushare_device_plugin_allocate_seconds",
-            "Allocate latency by resource",
-            ["resource"],
-            buckets=(0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5),
-            registry=self.registry,
-        )
-        self.list_bytes = prometheus_client.Gauge(
-            "gpushare_device_plugin_list_bytes",
-            "Size of the last ListAndWatch message",
-            registry=self.registry,
-        )
-        self.corrections = prometheus_client.Counter(
-            "gpushare_device_plugin_annotation_corrections",
-            "Containers whose placement annotations were corrected to the GPUs the kubelet's devices show",
-            ["resource"],
-            registry=self.registry,
-        )
-        for name in resource_names:  # exported at 0 from the start, not only after the first event
-            self.corrections.labels(name)
-            for result in ("ok", "refused"):
-                self.allocations.labels(name, result)
-
-    def allocated(self, resource: str, seconds: float, ok: bool) -> None:
-        self.allocations.labels(resource, "ok" if ok else "refused").inc()
-        self.latency.labels(resource).observe(seconds)
-
-    def streamed(self, size: int) -> None:
-        self.list_bytes.set(size)
-
-    def corrected(self, resource: str, containers: int) -> None:
-        self.corrections.labels(resource).inc(containers)
 
 
 def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
@@ -114,7 +69,11 @@ class Plugin:
                 f"the device list would be {size} bytes, above {settings.max_list_bytes} (the kubelet "
                 "refuses messages over 4 MB): use --memory-unit GiB or a larger --mib-per-device"
             )
-        self.metrics = Metrics((settings.resource_name, settings.whole_card_resource))
+        self.usage: usagewiring.Usage | None = None  # built below, once the API client exists
+        self.metrics = metrics.Metrics(
+            (settings.resource_name, settings.whole_card_resource),
+            (lambda: self.usage.poller.latest if self.usage else None) if settings.usage_interval_s else None,
+        )
         self.stop_event = threading.Event()
         try:
             self.api = client.connect(
@@ -198,6 +157,15 @@ class Plugin:
             name=f"node {settings.node_name}",
         )
         self.publisher = node.NodePublisher(self.api, settings.node_name, self.state)
+        if settings.usage_interval_s:
+            self.usage = usagewiring.build(
+                settings,
+                inv=self.inventory,
+                state=self.state,
+                api=self.api,
+                labels=lambda: self.labels.labels,
+                metrics=self.metrics,
+            )
         self.health = health_watcher(settings, self.inventory)
         self.server = registration.PluginServer(
             self.service,
@@ -220,7 +188,10 @@ class Plugin:
         self.http: ThreadingHTTPServer | None = None
 
     def _on_pod_event(self, event: watch.WatchEvent) -> None:
-        for store in (self.pods, self.card_pods):
+        stores: list[podsource.PodStore | usagewiring.PodSharesStore] = [self.pods, self.card_pods]
+        if self.usage is not None:
+            stores.append(self.usage.pods)
+        for store in stores:
             if event.type == watch.RESYNC:
                 store.resync(event.objects)
             elif event.object is not None:
@@ -242,7 +213,10 @@ class Plugin:
             # First: a busy port fails before anything is registered with the kubelet or left behind in
             # its folder. /healthz answers 503 until the plugin is registered with its pods listed.
             if self.settings.health_port:
-                self.http = probeserver.serve(self.settings.health_port, self.ready, self.metrics.registry)
+                routes = {"/usage": self.usage.route if self.usage else usagewiring.off_route}
+                self.http = probeserver.serve(
+                    self.settings.health_port, self.ready, self.metrics.registry, routes
+                )
             self.server.take_lock()  # before anything a second instance would disturb
             self.card_server.take_lock()
         except (registration.AlreadyRunning, http_server.ServeError) as err:
@@ -273,6 +247,8 @@ class Plugin:
                 f"cannot list the pods of node {self.settings.node_name} from the API server within "
                 f"{self.settings.api_timeout_s:g} s: {self.pod_watch.last_error or 'no answer'}"
             )
+        if self.usage is not None:
+            self.usage.start()
         if self.reconciler is not None:
             # After a plugin restart: the kubelet's list says which allocations were in flight.
             self.reconciler.run_once()
@@ -290,6 +266,8 @@ class Plugin:
         self.card_server.stop()
         if self.reconciler is not None:
             self.reconciler.stop()
+        if self.usage is not None:
+            self.usage.stop()  # before the inventory closes NVML
         self.publisher.stop()
         self.pod_watch.stop()
         self.node_watch.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from webhook.core import devices, mps, resources, wholecards
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_ENDPOINT = "aliyun-gpushare.sock"
 DEFAULT_POD_RESOURCES = Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_PROC_ROOT = Path("/proc")
+MAX_SECONDS = 86400.0  # a day: the longest poll interval, grace or Event interval that makes sense
 
 
 class SettingsError(ValueError):
@@ -40,6 +43,13 @@ class DevicePluginSettings:
     force_mps: bool = False  # --mps: MPS env and mounts on every sharing node, not only on mode mps
     mps_pipe_dir: str = mps.DEFAULT_PIPE_DIRECTORY
     mps_log_dir: str = mps.DEFAULT_LOG_DIRECTORY
+    # GPU usage (docs/device-plugin.md, "GPU usage and over-share"): poll every usage_interval_s (0 = off).
+    usage_interval_s: float = 10.0
+    proc_root: Path = DEFAULT_PROC_ROOT  # the host's /proc (NVML reports host PIDs)
+    fake_processes: Path | None = None  # fake inventories: GPU processes from a file, re-read each poll
+    overshare_grace_s: float = 60.0  # above its share this long before it counts as over-share
+    overshare_event_interval_s: float = 600.0  # at most one Event per container this often
+    overshare_evict: bool = False  # opt-in: evict pods over their share on nodes labelled share
     log_level: str = "info"
     log_format: str = "json"
 
@@ -71,8 +81,29 @@ class DevicePluginSettings:
             raise SettingsError(f"--whole-card-resource: {err}") from None
         if self.whole_card_resource == self.resource_name:
             raise SettingsError(f"--whole-card-resource must differ from {self.resource_name}")
+        self._validate_usage()
         self.granularity()
         return self
+
+    def _validate_usage(self) -> None:
+        interval = self.usage_interval_s
+        if not (interval == 0 or (math.isfinite(interval) and 1 <= interval <= MAX_SECONDS)):
+            raise SettingsError(
+                f"--usage-interval {interval:g} must be 0 (off) or 1 to {MAX_SECONDS:g} seconds"
+            )
+        if not (math.isfinite(self.overshare_grace_s) and 0 <= self.overshare_grace_s <= MAX_SECONDS):
+            raise SettingsError(
+                f"--overshare-grace {self.overshare_grace_s:g} must be 0 to {MAX_SECONDS:g} seconds"
+            )
+        event = self.overshare_event_interval_s
+        if not (math.isfinite(event) and 1 <= event <= MAX_SECONDS):
+            raise SettingsError(f"--overshare-event-interval {event:g} must be 1 to {MAX_SECONDS:g} seconds")
+        if self.fake_processes and not (self.fake_gpus or self.inventory_file):
+            raise SettingsError(
+                "--fake-processes goes with --fake-gpus or --inventory-file (NVML reports the real ones)"
+            )
+        if self.overshare_evict and not interval:
+            raise SettingsError("--overshare-evict needs GPU usage: --usage-interval must not be 0")
 
     def card_endpoint(self) -> str:
         """The whole-card endpoint's socket, named after `endpoint` (one endpoint per resource)."""

@@ -175,3 +175,17 @@ def create_event(
     }
     event: Obj = rest.request(api, "POST", rest.path("events", namespace=namespace), body=body)
     return event
+
+
+def evict_pod(api: kubernetes.client.ApiClient, namespace: str, name: str, uid: str = "") -> None:
+    """Create the pods/eviction subresource (policy/v1), so PodDisruptionBudgets are honoured: 429 when
+    one forbids it now (retryable), NotFoundError when the pod is gone, ConflictError when `uid` no longer
+    names it (a pod recreated under the name is never evicted for its predecessor)."""
+    body: Obj = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    if uid:
+        body["deleteOptions"] = {"preconditions": {"uid": uid}}
+    rest.request(api, "POST", rest.path("pods", name, namespace) + "/eviction", body=body)

@@ -1,5 +1,6 @@
 """The node parts' probe port: `GET /healthz` (200 once `ready()` says so, 503 before) and `GET /metrics`,
-on a small threaded HTTP server beside their gRPC (no ASGI stack in a DaemonSet pod).
+on a small threaded HTTP server beside their gRPC (no ASGI stack in a DaemonSet pod); a part may add GET
+routes of its own (the device plugin's `/usage`).
 
     httpd = serve(9400, plugin.ready, registry)  ...  httpd.shutdown(); httpd.server_close()
 """
@@ -7,7 +8,7 @@ on a small threaded HTTP server beside their gRPC (no ASGI stack in a DaemonSet 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -15,24 +16,35 @@ import prometheus_client
 
 from webhook.serving import server as http_server
 
+# An extra route's answer: (status, Content-Type, body).
+Reply = tuple[int, str, bytes]
+
 
 def serve(
-    port: int, ready: Callable[[], bool], registry: prometheus_client.CollectorRegistry
+    port: int,
+    ready: Callable[[], bool],
+    registry: prometheus_client.CollectorRegistry,
+    routes: Mapping[str, Callable[[], Reply]] | None = None,
 ) -> ThreadingHTTPServer:
     """Listen on `port` of every address (IPv6 and IPv4) and serve from a thread; ServeError when the
-    port cannot be had."""
+    port cannot be had. `routes` adds GET paths (the query string is ignored)."""
+    extra = dict(routes or {})
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            if self.path == "/healthz":
+            path = self.path.partition("?")[0]
+            kind = "text/plain"
+            if path == "/healthz":
                 ok = ready()
                 body, code = (b"ok\n" if ok else b"not registered\n"), (200 if ok else 503)
-            elif self.path == "/metrics":
+            elif path == "/metrics":
                 body, code = prometheus_client.generate_latest(registry), 200
+            elif path in extra:
+                code, kind, body = extra[path]()
             else:
                 body, code = b"not found\n", 404
             self.send_response(code)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)

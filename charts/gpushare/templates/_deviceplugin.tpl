@@ -20,6 +20,20 @@
 - --mps-pipe-dir={{ .pipeDir }}
 - --mps-log-dir={{ .logDir }}
 {{- end }}
+{{- with .Values.devicePlugin.usage }}
+{{- if and .overShare.evict (not .interval) }}
+{{- fail "devicePlugin.usage.overShare.evict needs GPU usage: devicePlugin.usage.interval must not be 0" }}
+{{- end }}
+- --usage-interval={{ .interval }}
+{{- if and .interval .hostProc }}
+- --proc-root=/host/proc
+{{- end }}
+- --overshare-grace={{ .overShare.grace }}
+- --overshare-event-interval={{ .overShare.eventInterval }}
+{{- if .overShare.evict }}
+- --overshare-evict
+{{- end }}
+{{- end }}
 - --log-format={{ .Values.logFormat }}
 - --log-level={{ .Values.logLevel }}
 {{- end }}
@@ -36,6 +50,20 @@
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "patch"]
+{{- if .Values.devicePlugin.usage.interval }}
+# A Warning Event GPUMemoryOverShare on a pod above its GPU memory share (deviceplugin/overshareactions.py),
+# in the pod's namespace.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
+{{- if .Values.devicePlugin.usage.overShare.evict }}
+# Opt-in over-share eviction through the Eviction API (PodDisruptionBudgets hold). RBAC cannot narrow it to
+# the pods of the plugin's node; the plugin only evicts pods its node's watch shows.
+- apiGroups: [""]
+  resources: ["pods/eviction"]
+  verbs: ["create"]
+{{- end }}
 {{- end }}
 
 {{/* The unit label every part counts gpu-mem in (webhook/core/annotations.py unit_mib): GiB, MiB or <N>MiB. */}}

@@ -1,0 +1,108 @@
+"""The device plugin's /metrics registry: Allocate and reconciliation counts by `resource` (both endpoints
+share them), the usage poll's count and cost, over-share Events and evictions, and the usage series
+(deviceplugin/usagemetrics.py) built from the poller's latest report at each scrape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import prometheus_client
+
+from webhook.core import usage
+from webhook.deviceplugin import overshareactions, server, usagemetrics, usagepoller
+
+
+class Metrics(server.Observer, usagepoller.Observer, overshareactions.Observer):
+    def __init__(
+        self,
+        resource_names: tuple[str, ...],
+        latest_usage: Callable[[], usage.NodeUsage | None] | None = None,
+    ) -> None:
+        self.registry = prometheus_client.CollectorRegistry()
+        self.allocations = prometheus_client.Counter(
+            "gpushare_device_plugin_allocations",
+            "Allocate calls by resource and result",
+            ["resource", "result"],
+            registry=self.registry,
+        )
+        self.latency = prometheus_client.Histogram(
+            "gpushare_device_plugin_allocate_seconds",
+            "Allocate latency by resource",
+            ["resource"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5),
+            registry=self.registry,
+        )
+        self.list_bytes = prometheus_client.Gauge(
+            "gpushare_device_plugin_list_bytes",
+            "Size of the last ListAndWatch message",
+            registry=self.registry,
+        )
+        self.corrections = prometheus_client.Counter(
+            "gpushare_device_plugin_annotation_corrections",
+            "Containers whose placement annotations were corrected to the GPUs the kubelet's devices show",
+            ["resource"],
+            registry=self.registry,
+        )
+        self.polls = prometheus_client.Counter(
+            "gpushare_device_plugin_usage_polls",
+            "GPU usage polls by result",
+            ["result"],
+            registry=self.registry,
+        )
+        self.poll_seconds = prometheus_client.Gauge(
+            "gpushare_device_plugin_usage_poll_seconds",
+            "Wall time of the last GPU usage poll",
+            registry=self.registry,
+        )
+        self.poll_cpu = prometheus_client.Counter(
+            "gpushare_device_plugin_usage_poll_cpu_seconds",
+            "CPU time spent polling GPU usage (NVML, cgroups, matching)",
+            registry=self.registry,
+        )
+        self.events = prometheus_client.Counter(
+            "gpushare_device_plugin_overshare_events",
+            "Over-share Events recorded on pods, by result",
+            ["result"],
+            registry=self.registry,
+        )
+        self.evictions = prometheus_client.Counter(
+            "gpushare_device_plugin_overshare_evictions",
+            "Evictions of pods over their GPU memory share (opt-in), by result",
+            ["result"],
+            registry=self.registry,
+        )
+        for name in resource_names:  # exported at 0 from the start, not only after the first event
+            self.corrections.labels(name)
+            for result in ("ok", "refused"):
+                self.allocations.labels(name, result)
+        for result in ("ok", "failed"):
+            self.polls.labels(result)
+            self.events.labels(result)
+        for result in ("evicted", "refused", "failed"):
+            self.evictions.labels(result)
+        if latest_usage is not None:
+            self.registry.register(usagemetrics.UsageCollector(latest_usage))
+
+    def allocated(self, resource: str, seconds: float, ok: bool) -> None:
+        self.allocations.labels(resource, "ok" if ok else "refused").inc()
+        self.latency.labels(resource).observe(seconds)
+
+    def streamed(self, size: int) -> None:
+        self.list_bytes.set(size)
+
+    def corrected(self, resource: str, containers: int) -> None:
+        self.corrections.labels(resource).inc(containers)
+
+    def polled(self, seconds: float, cpu_seconds: float, ok: bool) -> None:
+        self.polls.labels("ok" if ok else "failed").inc()
+        self.poll_seconds.set(seconds)
+        self.poll_cpu.inc(max(0.0, cpu_seconds))
+
+    def event_posted(self, ok: bool) -> None:
+        self.events.labels("ok" if ok else "failed").inc()
+
+    def eviction(self, result: str) -> None:
+        self.evictions.labels(result).inc()
+
+    def render(self) -> bytes:
+        return prometheus_client.generate_latest(self.registry)

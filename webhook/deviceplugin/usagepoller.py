@@ -1,0 +1,111 @@
+"""The usage loop: every `interval_s`, sample the GPUs (NVML or the fake), read the cgroups of their
+processes, match both to the node's pods and shares (core/usage.py), pass the result through the
+over-share tracker, hand its findings to the actions, and keep the report that /metrics and /usage serve.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from webhook.core import overshare, usage
+from webhook.deviceplugin.overshareactions import OverShareActions
+from webhook.deviceplugin.state import DeviceState
+from webhook.deviceplugin.usagepods import PodSharesStore
+from webhook.gpus.cgroupreader import CgroupReader
+from webhook.gpus.usagesource import UsageSource
+
+log = logging.getLogger(__name__)
+
+
+class Observer:
+    """Poll counts and cost for /metrics; the default counts nothing."""
+
+    def polled(self, seconds: float, cpu_seconds: float, ok: bool) -> None:
+        pass
+
+
+class UsagePoller:
+    def __init__(
+        self,
+        *,
+        source: UsageSource,
+        reader: CgroupReader,
+        pods: PodSharesStore,
+        state: DeviceState,
+        node_name: str,
+        tracker: overshare.OverShareTracker,
+        actions: OverShareActions | None = None,
+        observer: Observer | None = None,
+        interval_s: float = 10.0,
+        wall: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.reader = reader
+        self.pods = pods
+        self.state = state
+        self.node_name = node_name
+        self.tracker = tracker
+        self.actions = actions
+        self.observer = observer or Observer()
+        self.interval_s = interval_s
+        self.wall = wall
+        self.clock = clock
+        self.latest: usage.NodeUsage | None = None  # replaced whole: readers never see a half-made one
+        self.polls = 0
+        self._one_at_a_time = threading.Lock()  # the tracker is not thread-safe; tests poll directly too
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-usage", daemon=True)
+
+    def poll_once(self) -> usage.NodeUsage:
+        with self._one_at_a_time:
+            return self._poll()
+
+    def _poll(self) -> usage.NodeUsage:
+        samples = self.source.sample()
+        pids = {p.pid for s in samples for p in s.processes}
+        report = usage.attribute(
+            node=self.node_name,
+            sampled_at=self.wall(),
+            gpus=self.state.gpus,
+            unhealthy=self.state.unhealthy,
+            samples=samples,
+            origins=self.reader.origins(pids),
+            pods=self.pods.snapshot(),
+        )
+        report, findings = self.tracker.observe(self.clock(), report)
+        if self.actions is not None:
+            self.actions.handle(findings, report)
+        self.latest = report
+        self.polls += 1
+        return report
+
+    def start(self) -> UsagePoller:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            started, cpu = time.perf_counter(), time.thread_time()
+            try:
+                self.poll_once()
+                ok = True
+                if failing:
+                    log.info("sampling GPU usage works again")
+                failing = False
+            except Exception:  # a poll must never end the loop; the next one tries again
+                ok = False
+                if not failing:
+                    log.exception("sampling GPU usage failed; retrying every %g s", self.interval_s)
+                failing = True
+            self.observer.polled(time.perf_counter() - started, time.thread_time() - cpu, ok)
+            self._stop.wait(self.interval_s)
