@@ -188,7 +188,7 @@ def test_usage_off_serves_no_usage_series_and_says_so_on_usage(apiserver, tmp_pa
     plugin = app.Plugin(settings).start()
     try:
         status, body = _get(port, "/usage")
-        assert status == 404 and "--usage-interval 0" in json.loads(body)["error"]
+        assert status == 404 and "--usage-interval 0" in json.loads(body)["message"]
         assert not [n for n, _ in _series(port) if n.startswith(("gpushare_gpu_", "gpushare_container_"))]
     finally:
         plugin.stop()

@@ -1,65 +1,44 @@
 """`gpushare inspect`: allocated and total GPU memory per node and per GPU, from the cluster or the extender.
 
 From the cluster, each node's ledger is `webhook.core.accounting.build` over its pods' annotations: the
-numbers the extender schedules with. From `--extender`, its /inspect answer is shown as it is. On a
+numbers the extender schedules with; `--usage` adds what is really used (cli/inspect_usage.py). From
+`--extender`, its /inspect answer is shown as it is (cli/inspect_extender.py). On a
 terminal, a progress line on stderr counts the nodes and pods read; it is erased before the table prints.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import math
-import ssl
 import sys
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.cli import api_errors, exitcodes, flagtypes, helpformat
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, inspect_usage
 from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
+from webhook.cli.inspect_extender import from_extender
+from webhook.cli.inspect_settings import AGENT_SELECTOR, DEFAULT_TIMEOUT_S, InspectError, InspectSettings
 from webhook.core import accounting, gpulabels, modes, resources
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest
-from webhook.serving import tls
 
+__all__ = [
+    "PAGE_SIZE",
+    "InspectError",
+    "InspectSettings",
+    "build_parser",
+    "cluster_use",
+    "from_cluster",
+    "main",
+    "run",
+]
 OUTPUTS = ("text", "json")
 PAGE_SIZE = 500
-EXTENDER_INSPECT = "/inspect"
-DEFAULT_TIMEOUT_S = 30.0
-
-
-class InspectError(Exception):
-    """The cluster or the extender could not be read; the message says which and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class InspectSettings:
-    """What to show and where from; `nodes` keeps each name once, in the order given."""
-
-    nodes: tuple[str, ...] = ()  # only these nodes; all GPU nodes when empty
-    details: bool = False
-    output: str = "text"
-    unit: str = "GiB"
-    extender: str = ""  # the extender's URL prefix, e.g. https://127.0.0.1:39999/gpushare-scheduler
-    # An HTTPS extender: the CA that verifies it, and the client certificate it asks for (its Secret's).
-    extender_ca: str = ""
-    extender_cert: str = ""
-    extender_key: str = ""
-    extender_server_name: str = ""  # the name its certificate holds, when dialled by IP or port-forward
-    client: kube_client.ClientSettings = field(default_factory=kube_client.ClientSettings)
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
-
-    def __post_init__(self) -> None:
-        # A node named twice would be listed twice and its memory counted twice in the cluster total.
-        object.__setattr__(self, "nodes", tuple(dict.fromkeys(self.nodes)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,6 +88,25 @@ def build_parser() -> argparse.ArgumentParser:
         "through kubectl port-forward), e.g. gpushare-extender.gpushare-system.svc (default: the URL's host)",
     )
     parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, help="seconds per request")
+    used = parser.add_argument_group("usage: what GPUs and pods really use (from each node's device plugin)")
+    used.add_argument(
+        "--usage",
+        action="store_true",
+        help="show the GPU memory in use beside what is allocated, per GPU and per pod (-d), asking each "
+        "node's device plugin through the API server (needs get on pods/proxy in its namespace)",
+    )
+    used.add_argument(
+        "--agent-namespace",
+        default="",
+        metavar="NS",
+        help="the device plugin's namespace, e.g. gpushare-system (default: any namespace)",
+    )
+    used.add_argument(
+        "--agent-selector",
+        default=AGENT_SELECTOR,
+        metavar="LABELS",
+        help="the label selector of the device plugin's pods (default: the chart's labels)",
+    )
     return parser
 
 
@@ -141,6 +139,14 @@ def main(argv: list[str]) -> int:
         )
     if bool(args.extender_cert) != bool(args.extender_key):
         parser.error("--extender-cert and --extender-key go together")
+    if args.usage and args.extender:
+        parser.error(
+            "--usage asks the device plugins through the API server; it does not combine with --extender"
+        )
+    if (args.agent_namespace or args.agent_selector != AGENT_SELECTOR) and not args.usage:
+        parser.error("--agent-namespace and --agent-selector go with --usage")
+    if not args.agent_selector.strip():
+        parser.error("--agent-selector must not be empty: it would ask every pod")
     settings = InspectSettings(
         nodes=tuple(args.nodes),
         details=args.details,
@@ -156,6 +162,9 @@ def main(argv: list[str]) -> int:
             host=args.server, kubeconfig=args.kubeconfig, context=args.context, retries=0
         ),
         timeout_s=args.timeout,
+        usage=args.usage,
+        agent_namespace=args.agent_namespace,
+        agent_selector=args.agent_selector,
     )
     kube_client.quiet_transport_logs()
     return run(settings)
@@ -209,9 +218,14 @@ def from_cluster(
             nodes = list(progress.counted(listed, "reading nodes"))
             listed = rest.list_all(api, rest.path("pods"), page_size=PAGE_SIZE, timeout=timeout)
             pods = list(progress.counted(listed, f"nodes: {len(nodes):,}; reading pods"))
+        cluster = cluster_use(nodes, pods, settings.unit, settings.names, keep_all=bool(settings.nodes))
+        if settings.usage:
+            progress.show(f"asking the device plugins of {len(cluster.nodes):,} nodes", force=True)
+            found = inspect_usage.fetch_all(api, settings, [n.name for n in cluster.nodes])
+            cluster = inspect_usage.merge(cluster, found)
     finally:
         api.close()  # type: ignore[no-untyped-call]
-    return cluster_use(nodes, pods, settings.unit, settings.names, keep_all=bool(settings.nodes))
+    return cluster
 
 
 def cluster_use(
@@ -287,112 +301,3 @@ def _address(node: Mapping[str, Any]) -> str:
 def _split_key(key: str) -> tuple[str, str]:
     namespace, _, name = key.partition("/")
     return namespace, name
-
-
-# --- from the extender ------------------------------------------------------------------------------
-
-
-def from_extender(
-    settings: InspectSettings, progress: progress_line.Progress | None = None
-) -> table.ClusterUse:
-    """The extender's own view (GET <prefix>/inspect[/<node>]): what it schedules with right now."""
-    progress = progress or progress_line.Progress(enabled=False)
-    base = settings.extender.rstrip("/")
-    if not base.endswith(EXTENDER_INSPECT):
-        base += EXTENDER_INSPECT
-    urls = [f"{base}/{urllib.parse.quote(n, safe='')}" for n in settings.nodes] or [base]
-    rows: list[table.NodeUse] = []
-    context = _extender_tls(settings) if base.startswith("https://") else None
-    for i, url in enumerate(urls, 1):
-        progress.show(f"asking the extender ({i}/{len(urls)})", force=True)
-        data = _fetch(url, settings.timeout_s, context)
-        nodes = data.get("nodes") if isinstance(data, dict) else None
-        if not isinstance(nodes, list):
-            raise InspectError(f"{url} answered without a list of nodes")
-        try:
-            rows += [_extender_node(n, settings.unit) for n in nodes if isinstance(n, dict)]
-        except (KeyError, TypeError, ValueError) as err:
-            raise InspectError(f"{url} answered a node that cannot be read: {err!r}") from None
-    rows.sort(key=lambda n: n.name)
-    return table.ClusterUse(unit=settings.unit, nodes=tuple(rows))
-
-
-def _extender_tls(settings: InspectSettings) -> ssl.SSLContext:
-    try:
-        return tls.client_context(
-            settings.extender_ca,
-            settings.extender_cert,
-            settings.extender_key,
-            settings.extender_server_name,
-        )
-    except (OSError, ssl.SSLError) as err:
-        files = ", ".join(
-            f for f in (settings.extender_ca, settings.extender_cert, settings.extender_key) if f
-        )
-        raise InspectError(f"cannot load {files}: {err}") from None
-
-
-def _fetch(url: str, timeout: float, context: ssl.SSLContext | None = None) -> Any:
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
-            body = response.read()
-    except urllib.error.HTTPError as err:
-        detail = err.read(2000).decode("utf-8", "replace")
-        err.close()
-        with contextlib.suppress(ValueError, AttributeError):  # the extender's {"error"|"Error": ...} body
-            reply = json.loads(detail)
-            detail = str(reply.get("error") or reply.get("Error") or detail)
-        raise InspectError(f"extender at {url} answered HTTP {err.code}: {detail.strip()}") from None
-    except (urllib.error.URLError, OSError) as err:
-        reason = getattr(err, "reason", err)
-        if isinstance(reason, OSError) and reason.strerror:  # "connection refused", not "[Errno 111] ..."
-            reason = reason.strerror[:1].lower() + reason.strerror[1:]
-        raise InspectError(f"cannot reach the extender at {url}: {reason}") from None
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise InspectError(f"extender at {url} answered something that is not JSON") from None
-
-
-def _extender_node(node: Mapping[str, Any], unit: str) -> table.NodeUse:
-    source_unit = str(node.get("unit") or "GiB")
-
-    def units(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{value!r} is not a whole amount of memory")
-        return accounting.convert(value, source_unit, unit)
-
-    gpus, pods = [], []
-    for dev in node.get("devs") or []:
-        index = dev["id"]
-        gpus.append(
-            table.GpuUse(
-                index=index,
-                total=units(dev.get("totalGPU", 0)),
-                used=units(dev.get("usedGPU", 0)),
-                healthy=bool(dev.get("healthy", True)),
-                model=str(dev.get("model") or ""),
-                uuid=str(dev.get("uuid") or ""),
-            )
-        )
-        for pod in dev.get("pods") or []:
-            pods.append(
-                table.PodUse(
-                    namespace=str(pod.get("namespace") or ""),
-                    name=str(pod["name"]),
-                    gpu=index,
-                    units=units(pod.get("usedGPU", 0)),
-                    assigned=bool(pod.get("assigned", False)),
-                )
-            )
-    return table.NodeUse(
-        name=str(node["name"]),
-        address="",
-        unit=unit,
-        gpus=tuple(sorted(gpus, key=lambda g: g.index)),
-        pods=tuple(pods),
-        problems=tuple(str(p) for p in node.get("problems") or []),
-        model=gpulabels.model(g.model for g in gpus if g.model),
-        mode=str(node.get("mode") or ""),
-    )

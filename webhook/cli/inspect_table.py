@@ -7,9 +7,13 @@ line `Allocated/Total GPU Memory In Cluster:`), so people and scripts used to it
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+from webhook.core import annotations as ann
+
+MIB = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +25,8 @@ class PodUse:
     gpu: int
     units: int
     assigned: bool
+    used_bytes: int | None = None  # --usage: what its containers use of the GPU
+    over_share: bool = False  # --usage: a container above its share longer than the plugin's grace
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +37,9 @@ class GpuUse:
     healthy: bool = True
     model: str = ""
     uuid: str = ""
+    used_bytes: int | None = None  # --usage: in use, as the driver reports it; None when not known
+    utilization: float | None = None
+    unattributed: Mapping[str, int] = field(default_factory=dict)  # --usage: memory of processes in no pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,7 @@ class NodeUse:
 class ClusterUse:
     unit: str
     nodes: tuple[NodeUse, ...]
+    usage: bool = False  # --usage: GPUs and pods carry what they use
 
     @property
     def total(self) -> int:
@@ -84,6 +94,14 @@ def render_text(cluster: ClusterUse, details: bool = False) -> str:
         f"Allocated/Total GPU Memory In Cluster ({cluster.unit}):",
         f"{cluster.used}/{cluster.total} ({percent(cluster.used, cluster.total)}%)",
     ]
+    if cluster.usage:
+        used = sum(g.used_bytes or 0 for n in cluster.nodes for g in n.gpus)
+        total = sum(g.total for n in cluster.nodes for g in n.gpus)
+        share = round(units(used, cluster.unit) * 100 / total) if total else 0
+        lines += [
+            f"Used/Total GPU Memory In Cluster ({cluster.unit}):",
+            f"{amount(used, cluster.unit)}/{total} ({share}%)",
+        ]
     lines += [f"warning: {n.name}: {p}" for n in cluster.nodes for p in n.problems]
     return "\n".join(lines) + "\n"
 
@@ -98,7 +116,7 @@ def _summary_lines(cluster: ClusterUse) -> list[str]:
     header += ["MODE", "MODEL"]  # after the original columns, so scripts reading those keep working
     rows = [header]
     for node in cluster.nodes:
-        cells = {g.index: _gpu_cell(g) for g in node.gpus}
+        cells = {g.index: _gpu_cell(g, cluster) for g in node.gpus}
         row = [node.name, node.address or "-", *(cells.get(i, "") for i in range(width))]
         if with_pending:
             row.append(str(node.pending) if node.pending else "")
@@ -108,6 +126,8 @@ def _summary_lines(cluster: ClusterUse) -> list[str]:
     out = _table(rows)
     if with_pending:
         out.append("PENDING: memory of pods placed but not yet allocated (ASSIGNED=false), included above")
+    if cluster.usage:
+        out.append(f"(used N): GPU memory in use now ({cluster.unit}), as each node's device plugin reads it")
     return out
 
 
@@ -120,14 +140,26 @@ def _detail_lines(cluster: ClusterUse) -> list[str]:
                 indexes.append(p.gpu)
         out += [f"NAME:       {node.name}", f"IPADDRESS:  {node.address or '-'}"]
         out += [f"MODE:       {node.mode or '-'}", f"MODEL:      {node.model or '-'}", ""]
-        rows = [["NAME", "NAMESPACE", *(f"GPU{i}(Allocated)" for i in indexes), "ASSIGNED"]]
+        columns = [f"GPU{i}(Allocated)" for i in indexes]
+        if cluster.usage:
+            columns = [c for i in indexes for c in (f"GPU{i}(Allocated)", f"GPU{i}(Used)")]
+        rows = [["NAME", "NAMESPACE", *columns, "ASSIGNED", *(["OVER SHARE"] if cluster.usage else [])]]
         for (namespace, name), uses in _by_pod(node.pods).items():
-            held = {u.gpu: u.units for u in uses}
+            held = {u.gpu: u for u in uses}
             assigned = "true" if all(u.assigned for u in uses) else "false"
-            rows.append([name, namespace, *(str(held.get(i, 0)) for i in indexes), assigned])
+            cells = []
+            for i in indexes:
+                cells.append(str(held[i].units) if i in held else "0")
+                if cluster.usage:
+                    cells.append(amount(held[i].used_bytes, cluster.unit) if i in held else "-")
+            over = [u.gpu for u in uses if u.over_share]
+            extra = [", ".join(f"GPU{i}" for i in over)] if cluster.usage else []
+            rows.append([name, namespace, *cells, assigned, *extra])
         out += _table(rows)
         gpus = {g.index: g for g in node.gpus}
-        out.append("Allocated/Total:  " + "  ".join(_gpu_detail(i, gpus.get(i)) for i in indexes))
+        out.append("Allocated/Total:  " + "  ".join(_gpu_detail(i, gpus.get(i), cluster) for i in indexes))
+        if cluster.usage:
+            out += _usage_detail(node, cluster.unit)
         out.append(f"Allocated:        {node.used} ({percent(node.used, node.total)}%)")
         out.append(f"Total:            {node.total}")
         if node.pending:
@@ -143,12 +175,39 @@ def _by_pod(uses: Sequence[PodUse]) -> dict[tuple[str, str], list[PodUse]]:
     return grouped
 
 
-def _gpu_cell(gpu: GpuUse) -> str:
-    return f"{gpu.used}/{gpu.total}" + ("" if gpu.healthy else " (unhealthy)")
+def _gpu_cell(gpu: GpuUse, cluster: ClusterUse) -> str:
+    used = f" (used {amount(gpu.used_bytes, cluster.unit)})" if cluster.usage else ""
+    return f"{gpu.used}/{gpu.total}{used}" + ("" if gpu.healthy else " (unhealthy)")
 
 
-def _gpu_detail(index: int, gpu: GpuUse | None) -> str:
-    return f"GPU{index} " + (_gpu_cell(gpu) if gpu is not None else "(missing)")
+def _gpu_detail(index: int, gpu: GpuUse | None, cluster: ClusterUse) -> str:
+    return f"GPU{index} " + (_gpu_cell(gpu, cluster) if gpu is not None else "(missing)")
+
+
+def _usage_detail(node: NodeUse, unit: str) -> list[str]:
+    """Per GPU: in use, busy, and memory of processes in no pod (by reason)."""
+    out = []
+    for g in node.gpus:
+        busy = f", busy {round(g.utilization * 100)}%" if g.utilization is not None else ""
+        outside = ", ".join(
+            f"{reason} {amount(b, unit)}" for reason, b in sorted(g.unattributed.items()) if b
+        )
+        line = f"Used GPU{g.index}:        {amount(g.used_bytes, unit)} of {g.total}{busy}"
+        out.append(line + (f"; in no pod: {outside}" if outside else ""))
+    return out
+
+
+def units(amount_bytes: int, unit: str) -> float:
+    """Bytes in the cluster's gpu-mem unit (GiB, MiB or <N>MiB)."""
+    return amount_bytes / (ann.unit_mib(unit) * MIB)
+
+
+def amount(amount_bytes: int | None, unit: str) -> str:
+    """What is used, in the unit: one decimal, whole MiB in MiB mode; "-" when not known."""
+    if amount_bytes is None:
+        return "-"
+    value = units(amount_bytes, unit)
+    return f"{value:.0f}" if unit == "MiB" else f"{value:.1f}"
 
 
 def _table(rows: list[list[str]]) -> list[str]:
@@ -179,12 +238,18 @@ def to_json(cluster: ClusterUse) -> dict[str, Any]:
                         "healthy": g.healthy,
                         "model": g.model,
                         "uuid": g.uuid,
+                        **(_gpu_usage(g) if cluster.usage else {}),
                         "pods": [
                             {
                                 "namespace": p.namespace,
                                 "name": p.name,
                                 "allocated": p.units,
                                 "assigned": p.assigned,
+                                **(
+                                    {"usedBytes": p.used_bytes, "overShare": p.over_share}
+                                    if cluster.usage
+                                    else {}
+                                ),
                             }
                             for p in n.pods
                             if p.gpu == g.index
@@ -196,6 +261,14 @@ def to_json(cluster: ClusterUse) -> dict[str, Any]:
             }
             for n in cluster.nodes
         ],
+    }
+
+
+def _gpu_usage(g: GpuUse) -> dict[str, Any]:
+    return {
+        "usedBytes": g.used_bytes,
+        "utilization": g.utilization,
+        "unattributedBytes": dict(g.unattributed),
     }
 
 

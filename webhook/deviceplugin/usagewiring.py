@@ -42,15 +42,19 @@ class Usage:
         """`GET /usage`: the latest report, 503 before the first poll."""
         report = self.poller.latest
         if report is None:
-            body = {"error": "GPU usage has not been sampled yet; try again in a few seconds"}
-            return 503, JSON, json.dumps(body).encode()
+            return _failure(503, "GPU usage has not been sampled yet; try again in a few seconds")
         return 200, JSON, usagereport.dumps(report)
 
 
 def off_route() -> probeserver.Reply:
     """`GET /usage` on a plugin whose usage polling is off."""
-    body = {"error": "GPU usage is off on this node (--usage-interval 0)"}
-    return 404, JSON, json.dumps(body).encode()
+    return _failure(404, "GPU usage is off on this node's device plugin (--usage-interval 0)")
+
+
+def _failure(code: int, message: str) -> probeserver.Reply:
+    # Shaped as a v1 Status: through the API server's pod proxy, clients read its message as the API's own.
+    body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "message": message}
+    return code, JSON, json.dumps(body).encode()
 
 
 def build(
