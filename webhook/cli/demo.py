@@ -19,8 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpushare demo",
         formatter_class=helpformat.DefaultsFormatter,
-        description="A GPU cluster on this machine: the real kube-apiserver, etcd and kube-scheduler when "
-        "`bash scripts/kube-bins` built them (else the API stand-in), the webhook, the extender and a device "
+        description="A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
+        "and kube-scheduler when `bash scripts/kube-bins` built them (else the API stand-in), with a real "
+        "kubelet per node on a fake runtime when run as root, the webhook, the extender and a device "
         "plugin with fake GPUs per node; GPU pods, one refused with the webhook's message, and the "
         "`gpushare inspect` table. Ctrl-C stops everything.",
     )

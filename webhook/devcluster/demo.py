@@ -1,9 +1,10 @@
 """`gpushare demo`: a small GPU cluster on this machine, then the webhook refusing a pod, the extender
 placing the others, and the `gpushare inspect` table.
 
-The real control plane when `scripts/kube-bins` built it and Helm is there (`demo_real`), else the API
-stand-in, said so on screen (`demo_standin`). Whatever happens, every child is stopped before returning:
-Ctrl-C (KeyboardInterrupt, exit 130 in the CLI) and SIGTERM (exit 0) included.
+The real control plane when `scripts/kube-bins` built it and Helm is there (`demo_real`), with a real
+kubelet per node (fake runtime) where root may run one, else the API stand-in, said so on screen
+(`demo_standin`). Whatever happens, every child is stopped before returning: Ctrl-C (KeyboardInterrupt,
+exit 130 in the CLI) and SIGTERM (exit 0) included.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -25,6 +26,7 @@ import kubernetes.client
 from webhook.core import annotations as ann
 from webhook.core import resources
 from webhook.devcluster import binaries, demo_real, demo_standin, helm, objects, release
+from webhook.devcluster import kubelet as kubeletmod
 from webhook.kube import rest
 
 Obj = dict[str, Any]
@@ -46,12 +48,14 @@ class DemoSettings:
 
 
 class Cluster(Protocol):
+    kubelets: bool  # a real kubelet runs each node (it registers the Node, and runs the pods)
+
     @property
     def api(self) -> kubernetes.client.ApiClient: ...
     @property
     def logs(self) -> Path: ...
     def start(self) -> None: ...
-    def start_device_plugin(self, node: str, fake_gpus: str) -> None: ...
+    def start_node(self, node: str, fake_gpus: str, labels: Mapping[str, str]) -> None: ...
     def namespace(self, name: str) -> None: ...
     def create_pod(self, namespace: str, body: Obj) -> str: ...
     def schedule(self, namespace: str) -> None: ...
@@ -106,8 +110,9 @@ def choose(settings: DemoSettings, workdir: Path, say: Callable[[str], None]) ->
             "as bash scripts/test does"
         )
     if bins is not None and not missing and not settings.standin:
-        say(f"gpushare demo: {demo_real.description(bins)}")
-        return demo_real.RealCluster(bins, workdir, say)
+        no_kubelet = kubeletmod.private_available(bins)
+        say(f"gpushare demo: {demo_real.description(bins, no_kubelet)}")
+        return demo_real.RealCluster(bins, workdir, say, kubelets=no_kubelet is None)
     say(f"gpushare demo: {demo_standin.DESCRIPTION}")
     if missing and not settings.standin:
         say("For the real control plane it needs " + "; ".join(missing) + ".")
@@ -117,14 +122,16 @@ def choose(settings: DemoSettings, workdir: Path, say: Callable[[str], None]) ->
 def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -> None:
     """Nodes with their device plugins, the pods, the refusal, the placements and the table."""
     for name, fake in NODES:
-        gpus = [int(gib) for gib in (spec.split(":")[1] for spec in fake.split(","))]
-        objects.gpu_node(cluster.api, name, len(gpus), max(gpus), NODE_LABELS)
-        cluster.start_device_plugin(name, fake)
+        gpus = _sizes(fake)
+        labels = {**NODE_LABELS, resources.GPU_COUNT_LABEL: str(len(gpus))}
+        if not cluster.kubelets:  # else the kubelet registers its Node, its capacity from the plugin
+            objects.gpu_node(cluster.api, name, len(gpus), max(gpus), labels)
+        cluster.start_node(name, fake, labels)
     _wait(
         cluster,
         settings,
         "the device plugins to publish their GPUs",
-        lambda: all(_published(cluster.api, name) for name, _ in NODES),
+        lambda: all(_published(cluster, name, sum(_sizes(fake))) for name, fake in NODES),
     )
     for name, fake in NODES:
         say(f"node {name}: GPUs {fake.replace(',', ', ')} (index:GiB), device plugin with --fake-gpus {fake}")
@@ -142,11 +149,13 @@ def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -
     say(f"pod {NAMESPACE}/{name}: {resource}: {value} REFUSED:")
     say("\n".join(f"  {line}" for line in denial.splitlines()))
     say("")
-    placed = _wait(cluster, settings, "every pod to be placed", lambda: _placed(cluster))
+    what = "every pod to be placed" + (" and Running" if cluster.kubelets else "")
+    placed = _wait(cluster, settings, what, lambda: _placed(cluster))
     for pod in placed:
         decoded = ann.decode(pod["metadata"].get("annotations", {}))
         where = ",".join(map(str, decoded.gpu_indexes)) if decoded else "?"
-        say(f"pod {pod['metadata']['name']} -> {pod['spec']['nodeName']} GPU {where}")
+        phase = pod.get("status", {}).get("phase", "Pending")
+        say(f"pod {pod['metadata']['name']} -> {pod['spec']['nodeName']} GPU {where}, {phase}")
     say(f"\n$ gpushare inspect {cluster.kubeconfig_hint()}")
     table = subprocess.run(
         [release.GPUSHARE, "inspect", *cluster.inspect_args()],
@@ -158,21 +167,39 @@ def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -
     if table.returncode != 0:
         raise DemoError(f"gpushare inspect failed: {table.stderr.strip()}")
     say(table.stdout.rstrip())
-    say(
-        "(No kubelet runs here: no container starts, so the device plugins' Allocate is never called "
-        "and placed pods stay PENDING.)"
-    )
+    if cluster.kubelets:
+        say(
+            "(A real kubelet runs each node on the CRI fake runtime: it called the device plugins' Allocate "
+            "and the pods are Running, though no container runs.)"
+        )
+    else:
+        say(
+            "(No kubelet runs here: no container starts, so the device plugins' Allocate is never called "
+            "and placed pods stay PENDING.)"
+        )
 
 
-def _published(api: kubernetes.client.ApiClient, node: str) -> bool:
-    meta = rest.request(api, "GET", rest.path("nodes", node))["metadata"]
-    return resources.NODE_DEVICES_ANNOTATION in meta.get("annotations", {})
+def _sizes(fake_gpus: str) -> list[int]:
+    """GiB per GPU of a --fake-gpus value (index:GiB,...)."""
+    return [int(spec.split(":")[1]) for spec in fake_gpus.split(",")]
+
+
+def _published(cluster: Cluster, node: str, gib: int) -> bool:
+    stored = rest.request(cluster.api, "GET", rest.path("nodes", node))
+    if resources.NODE_DEVICES_ANNOTATION not in stored["metadata"].get("annotations", {}):
+        return False
+    # A kubelet admits a gpu-mem pod only once its device manager advertises the plugin's devices.
+    allocatable = stored.get("status", {}).get("allocatable", {})
+    return not cluster.kubelets or allocatable.get(resources.GPU_MEMORY) == str(gib)
 
 
 def _placed(cluster: Cluster) -> list[Obj]:
+    """The demo's pods, once all are bound (and Running, where kubelets run them)."""
     cluster.schedule(NAMESPACE)
     pods = list(rest.list_all(cluster.api, rest.path("pods", namespace=NAMESPACE)))
     done = len(pods) == len(PODS) and all(p["spec"].get("nodeName") for p in pods)
+    if cluster.kubelets:
+        done = done and all(p.get("status", {}).get("phase") == "Running" for p in pods)
     return sorted(pods, key=lambda p: str(p["metadata"]["name"])) if done else []
 
 

@@ -1,13 +1,16 @@
-"""`gpushare demo` on the real control plane: etcd, kube-apiserver and kube-scheduler built by
-`scripts/kube-bins`, the chart installed by Helm, and our parts started exactly as the end-to-end bed
-starts them (`release.Release`). The API server calls the webhook and kube-scheduler calls the extender;
-the demo only creates objects and watches.
+"""`gpushare demo` on the real control plane: etcd, kube-apiserver, kube-controller-manager and
+kube-scheduler built by `scripts/kube-bins`, the chart installed by Helm, and our parts started exactly as
+the end-to-end bed starts them (`release.Release`). The API server calls the webhook and kube-scheduler
+calls the extender; the demo only creates objects and watches. Where root may run kubelets, each node is
+a real kubelet on the CRI fake runtime (`kubelet.Kubelet`, each with a device-plugin folder of its own),
+so the placed pods are admitted, get their devices from the plugin's Allocate, and run.
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,25 +18,35 @@ import kubernetes.client
 
 from webhook.devcluster import process, release
 from webhook.devcluster.controlplane import ControlPlane
+from webhook.devcluster.kubelet import Kubelet
 from webhook.kube import errors, rest
 
 Obj = dict[str, Any]
 
 
-def description(bins: Path) -> str:
+def description(bins: Path, no_kubelet: str | None) -> str:
+    """What runs; `no_kubelet`: why no kubelet can run here (None: one per node does)."""
+    nodes = (
+        "A real kubelet per node, on the CRI fake runtime:\n  pods are admitted and Running, "
+        "though no container runs."
+        if no_kubelet is None
+        else f"No kubelet runs ({no_kubelet}):\n  Nodes are objects with GPU capacity, "
+        "and nothing runs the pods."
+    )
     return (
-        f"the real control plane: etcd, kube-apiserver and kube-scheduler from\n  {bins};\n"
-        "  the chart installed with Helm. No kubelet runs: Nodes are objects with GPU capacity, and\n"
-        "  nothing runs the pods."
+        "the real control plane: etcd, kube-apiserver, kube-controller-manager and kube-scheduler from\n"
+        f"  {bins};\n  the chart installed with Helm. {nodes}"
     )
 
 
 class RealCluster:
-    def __init__(self, bins: Path, workdir: Path, say: Callable[[str], None]) -> None:
+    def __init__(self, bins: Path, workdir: Path, say: Callable[[str], None], kubelets: bool) -> None:
         self.cp = ControlPlane(bins, workdir / "controlplane")
         self.workdir = workdir
         self.say = say
+        self.kubelets = kubelets
         self._release: release.Release | None = None
+        self._kubelets: list[Kubelet] = []
         self.socket_dirs: list[Path] = []
 
     @property
@@ -64,10 +77,22 @@ class RealCluster:
         self.release.start_scheduler()
         self.say(f"kube-scheduler {release.SCHEDULER_NAME}, with the chart's configuration")
 
-    def start_device_plugin(self, node: str, fake_gpus: str) -> None:
+    def start_node(self, node: str, fake_gpus: str, labels: Mapping[str, str]) -> None:
+        """The device plugin of `node`; with kubelets, first the kubelet that registers the Node."""
         plugin_dir = process.socket_dir(node)
         self.socket_dirs.append(plugin_dir)
-        self.release.start_device_plugin(node, plugin_dir, fake_gpus)
+        extra: tuple[str, ...] = ()
+        if self.kubelets:
+            # Under /tmp, as the plugin's folder: the kubelet's sockets lie below it, and a unix socket
+            # path holds at most 107 bytes.
+            root = Path(tempfile.mkdtemp(prefix=f"gpushare-kl-{node}-", dir="/tmp"))
+            self.socket_dirs.append(root)
+            kubelet = Kubelet(self.cp.bins, self.cp, root, node=node, labels=labels, plugin_dir=plugin_dir)
+            self._kubelets.append(kubelet)
+            kubelet.start()
+            self.say(f"kubelet {node}: registered, fake runtime, device plugins in {plugin_dir}")
+            extra = ("--pod-resources-socket", str(kubelet.pod_resources_socket))
+        self.release.start_device_plugin(node, plugin_dir, fake_gpus, extra=extra)
 
     def namespace(self, name: str) -> None:
         self.release.namespace(name)
@@ -86,7 +111,8 @@ class RealCluster:
         """kube-scheduler does it."""
 
     def dead(self) -> str:
-        return process.dead([*self.cp.processes, *self.release.processes])
+        kubelets = [child for kubelet in self._kubelets for child in kubelet.processes]
+        return process.dead([*self.cp.processes, *kubelets, *self.release.processes])
 
     def inspect_args(self) -> list[str]:
         return ["--kubeconfig", str(self.cp.admin_kubeconfig)]
@@ -98,6 +124,8 @@ class RealCluster:
         if self._release is not None:
             self._release.stop_all()
             self._release.api.close()  # type: ignore[no-untyped-call]  # kubernetes ships no type hints
+        for kubelet in self._kubelets:
+            kubelet.stop()
         self.cp.stop()
         for folder in self.socket_dirs:
             shutil.rmtree(folder, ignore_errors=True)

@@ -13,7 +13,7 @@ import shutil
 import ssl
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,8 @@ DESCRIPTION = """the API STAND-IN (webhook/devcluster/standin), not Kubernetes.
 
 
 class StandinCluster:
+    kubelets = False
+
     def __init__(self, workdir: Path, say: Callable[[str], None]) -> None:
         self.workdir = workdir
         self.say = say
@@ -81,7 +83,8 @@ class StandinCluster:
         extender.wait_until(lambda: process.http_status(url, None) == 200, 30, "ready")
         self.say(f"extender at http://127.0.0.1:{self.extender_port}{EXTENDER_PREFIX}")
 
-    def start_device_plugin(self, node: str, fake_gpus: str) -> None:
+    def start_node(self, node: str, fake_gpus: str, labels: Mapping[str, str]) -> None:
+        """The device plugin of `node` (its Node object, `labels` included, is the demo's)."""
         plugin_dir = process.socket_dir(node)
         self.socket_dirs.append(plugin_dir)
         argv = ["device-plugin", "--fake-gpus", fake_gpus, "--api-host", self.server.url]

@@ -10,7 +10,9 @@ Allocate, and checkpoints what it gave), and the PodResources API.
     kubelet.stop()
 
 Fixed by the kubelet, not by us: its device-plugin folder is /var/lib/kubelet/device-plugins/ (a
-constant of the device-plugin API), so only one such kubelet runs on a machine at a time, as root.
+constant of the device-plugin API), so only one such kubelet runs on a machine at a time, as root; unless it
+is given a `plugin_dir` of its own: then it runs in a mount namespace of its own (`unshare`) where that
+folder is bind-mounted over the constant one, so several kubelets run side by side (`gpushare demo`).
 It runs with cgroups v1 allowed and without QoS cgroups or node-allocatable enforcement: those need a
 host the kubelet owns, and change nothing the device manager does.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +51,13 @@ def available(bins: Path) -> str | None:
     return None
 
 
+def private_available(bins: Path) -> str | None:
+    """Why a kubelet with a `plugin_dir` of its own cannot run here, or None when it can."""
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) is not installed: each kubelet needs a mount namespace of its own"
+    return available(bins)
+
+
 @dataclass
 class Kubelet:
     bins: Path
@@ -56,7 +66,14 @@ class Kubelet:
     node: str = "kubelet-node"
     labels: Mapping[str, str] = field(default_factory=dict)  # registered with the Node
     taints: Sequence[str] = ()  # key=value:Effect, registered with the Node
+    # Its own device-plugin folder (a mount namespace of its own, see above); None: the machine's.
+    plugin_dir: Path | None = None
     processes: list[Process] = field(default_factory=list)
+
+    @property
+    def device_plugin_dir(self) -> Path:
+        """Where a device plugin for this kubelet puts its socket and finds the kubelet's."""
+        return self.plugin_dir or DEVICE_PLUGIN_DIR
 
     @property
     def root_dir(self) -> Path:
@@ -67,7 +84,7 @@ class Kubelet:
         return self.root_dir / "pod-resources" / "kubelet.sock"
 
     def start(self, timeout: float = 60.0) -> Kubelet:
-        reason = available(self.bins)
+        reason = available(self.bins) if self.plugin_dir is None else private_available(self.bins)
         if reason is not None:
             raise KubeletUnavailable(reason)
         try:
@@ -80,7 +97,7 @@ class Kubelet:
     def _start(self, timeout: float) -> None:
         assert self.cp.pki is not None
         self.workdir.mkdir(parents=True, exist_ok=True)
-        DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+        DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)  # the mount point, when plugin_dir is set
         cri = self.workdir / "cri.sock"
         fakecri = self._spawn("fakecri", [str(self.bins / "fakecri"), f"unix://{cri}"])
         fakecri.wait_until(cri.exists, timeout, "listening")
@@ -96,6 +113,7 @@ class Kubelet:
         kubelet = self._spawn(
             "kubelet",
             [
+                *self._namespace(),
                 str(self.bins / "kubelet"),
                 f"--config={config}",
                 f"--kubeconfig={kubeconfig}",
@@ -108,6 +126,27 @@ class Kubelet:
             ],
         )
         kubelet.wait_until(self._ready, timeout, "Ready")
+
+    def _namespace(self) -> list[str]:
+        """The command that runs the kubelet with `plugin_dir` mounted over the constant folder, in a mount
+        namespace of its own: private, so neither the mount nor what the kubelet mounts (its root folder
+        onto itself, the pods' token tmpfs) reaches the machine's, and all of it goes with the kubelet."""
+        if self.plugin_dir is None:
+            return []
+        self.plugin_dir.mkdir(parents=True, exist_ok=True)
+        mount = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            mount,
+            "sh",
+            str(self.plugin_dir),
+            str(DEVICE_PLUGIN_DIR),
+        ]
 
     def _config(self, cri: Path) -> dict[str, object]:
         return {
