@@ -1,6 +1,7 @@
-"""`helm upgrade` and `helm rollback` with self-managed certificates, hooks and all, against the real API
-server: an upgrade that renews the webhook's certificate never leaves the API server trusting a CA the
-Secret no longer holds, and a rollback ends trusting it.
+"""`helm install`, `upgrade`, `rollback` and `uninstall` with self-managed certificates, hooks and all,
+against the real API server, with Helm 3 and with Helm 4: an upgrade that renews the webhook's certificate
+never leaves the API server trusting a CA the Secret no longer holds, a rollback ends trusting it, and
+uninstall removes the webhook configurations.
 
 Helm renders the webhook configurations (their caBundle from `lookup`) before the pre-upgrade hook runs
 and applies them after it: a renewal made in that hook would be reverted to the rendered bundle until the
@@ -13,15 +14,18 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.e2e.hookrunner import HookRunner
 from webhook.core import cabundles, certificates
 from webhook.devcluster import helm, release
 from webhook.devcluster.controlplane import ControlPlane
-from webhook.kube import rest
+from webhook.kube import errors, rest
 
 NAMESPACE = "gpushare-system"
 RELEASE = "gs"
@@ -76,9 +80,23 @@ def _age(api: Any) -> None:
     assert _untrusted(api) == []
 
 
+def _appliers(api: Any) -> set[tuple[str, str]]:
+    """(manager, operation) of every managedFields entry of the mutating configuration."""
+    config = rest.request(api, "GET", _config_path(*CONFIGURATIONS[0]))
+    return {(f["manager"], f["operation"]) for f in config["metadata"]["managedFields"]}
+
+
+@pytest.fixture(params=[3, 4], ids=["helm3", "helm4"])
+def helm_binary(request: pytest.FixtureRequest) -> Iterator[str]:
+    binary = helm.binary(request.param)
+    assert binary is not None, f"{helm.NAMES[request.param]} missing: bash scripts/install-helm"
+    yield binary
+
+
 def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
-    kube_bins: Path, tmp_path: Path
+    kube_bins: Path, tmp_path: Path, helm_binary: str
 ) -> None:
+    binary = helm_binary
     cp = ControlPlane(kube_bins, tmp_path / "cp").start()
     api = release.admin_api(cp)
     seen: list[str] = []
@@ -93,42 +111,38 @@ def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
 
     hooks = HookRunner(api, cp.admin_kubeconfig, NAMESPACE, before=before)
     env = {**os.environ, "KUBECONFIG": str(cp.admin_kubeconfig)}
-    binary = helm.binary()
-    assert binary is not None, "helm missing: bash scripts/install-helm"
 
     def run(*argv: str) -> None:
-        args = [binary, *argv, str(helm.CHART), "--namespace", NAMESPACE, "--timeout", "120s"]
+        args = [binary, *argv, "--namespace", NAMESPACE, "--timeout", "120s"]
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=180, check=False)
         assert done.returncode == 0, done.stderr
         assert hooks.errors == []
 
     try:
         hooks.start()
-        run("install", RELEASE, "--create-namespace")
+        run("install", RELEASE, str(helm.CHART), "--create-namespace")
         assert _untrusted(api) == []
+        # Helm 4 installs by server-side apply (manager "helm", operation Apply), Helm 3 by create/patch.
+        operation = "Apply" if binary == helm.binary(4) else "Update"
+        assert ("helm", operation) in _appliers(api)
         first_ca = _secret_ca(api)
         # What most of a year without upgrades (renewSchedule "") leaves: a pair the pods still serve, due
         # for renewal (10 days left, renewBeforeDays 30), its CA in the caBundle.
         _age(api)
         upgrading.append(True)
-        run("upgrade", RELEASE)
+        run("upgrade", RELEASE, str(helm.CHART))
         upgrading.clear()
         assert _secret_ca(api) != first_ca, "the upgrade's hooks renewed nothing"
         assert _untrusted(api) == []
         assert seen == [f"{RELEASE}-gpushare-certgen"]  # the check ran, at the post-upgrade hook
         # A rollback applies the first revision's rendered caBundle (none): its post-rollback hook
         # puts the Secret's CA back.
-        done = subprocess.run(
-            [binary, "rollback", RELEASE, "1", "--namespace", NAMESPACE, "--timeout", "120s"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr
-        assert hooks.errors == []
+        run("rollback", RELEASE, "1")
         assert _untrusted(api) == []
+        run("uninstall", RELEASE)
+        for plural, name in CONFIGURATIONS:
+            with pytest.raises(errors.NotFoundError):
+                rest.request(api, "GET", _config_path(plural, name))
     finally:
         hooks.stop()
         api.close()

@@ -1,10 +1,13 @@
 """Helm installs the chart into the real API server, which accepts every object; upgrade and uninstall
-work; the default values (in-cluster webhook, self-managed certificates, scheduler mode a) too."""
+work, with Helm 3 and with Helm 4; the default values (in-cluster webhook, self-managed certificates,
+scheduler mode a) too. The bed's release is installed by the default Helm (3)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import pytest
 
 from tests.chart.render import CHART
 from tests.e2e.bed import NAMESPACE, RELEASE, Bed
@@ -80,7 +83,15 @@ def test_every_object_of_the_release_is_stored(bed: Bed) -> None:
     assert _stored(bed, manifest, NAMESPACE) == []
 
 
-def test_upgrade_keeps_the_release_working(bed: Bed) -> None:
+def _managers(bed: Bed, name: str) -> set[tuple[str, str]]:
+    path = rest.path("mutatingwebhookconfigurations", name, group="admissionregistration.k8s.io")
+    return {(f["manager"], f["operation"]) for f in bed.request("GET", path)["metadata"]["managedFields"]}
+
+
+@pytest.mark.parametrize(("major", "timeout"), [(3, 7), (4, 8)], ids=["helm3", "helm4"])
+def test_upgrade_keeps_the_release_working(bed: Bed, major: int, timeout: int) -> None:
+    """Helm 4 upgrading the release Helm 3 installed keeps Helm 3's client-side apply (--server-side
+    defaults to the method the release was installed with)."""
     values = bed.root / f"values-{RELEASE}.json"
     bed.helm(
         "upgrade",
@@ -91,7 +102,8 @@ def test_upgrade_keeps_the_release_working(bed: Bed) -> None:
         "--values",
         str(values),
         "--set",
-        "webhook.timeoutSeconds=7",
+        f"webhook.timeoutSeconds={timeout}",
+        major=major,
     )
     mutating = bed.request(
         "GET",
@@ -101,22 +113,80 @@ def test_upgrade_keeps_the_release_working(bed: Bed) -> None:
             group="admissionregistration.k8s.io",
         ),
     )
-    assert mutating["webhooks"][0]["timeoutSeconds"] == 7
-    history = json.loads(bed.helm("history", RELEASE, "--namespace", NAMESPACE, "-o", "json").stdout)
+    assert mutating["webhooks"][0]["timeoutSeconds"] == timeout
+    history = json.loads(
+        bed.helm("history", RELEASE, "--namespace", NAMESPACE, "-o", "json", major=major).stdout
+    )
     assert history[-1]["status"] == "deployed" and history[-1]["revision"] >= 2
+    assert ("helm", "Apply") not in _managers(bed, f"{RELEASE}-gpushare-mutating")
 
 
-def test_the_default_values_install_and_uninstall(bed: Bed) -> None:
+@pytest.mark.parametrize("major", [3, 4], ids=["helm3", "helm4"])
+def test_the_default_values_install_and_uninstall(bed: Bed, major: int) -> None:
     """The defaults as an operator installs them: webhook behind its Service, self-managed certificates
-    (their hook Job needs a kubelet, so --no-hooks), the cluster's own scheduler (mode a)."""
-    release, namespace = "defaults", "gpushare-defaults"
-    bed.helm("install", release, str(CHART), "--namespace", namespace, "--create-namespace", "--no-hooks")
+    (their hook Job needs a kubelet, so --no-hooks), the cluster's own scheduler (mode a). Helm 4 applies
+    each object server-side, as field manager `helm`."""
+    release, namespace = f"defaults{major}", f"gpushare-defaults{major}"
+    bed.helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--no-hooks",
+        major=major,
+    )
     try:
+        applied = ("helm", "Apply") in _managers(bed, f"{release}-gpushare-mutating")
+        assert applied == (major == 4)
         manifest = bed.manifest(release, namespace)
         assert _stored(bed, manifest, namespace) == []
         kinds = {o["kind"] for o in manifest}
         assert "Service" in kinds and "Deployment" in kinds
     finally:
         # Its webhooks call a Service no pod backs; with failurePolicy Fail they must not outlive the test.
-        bed.helm("uninstall", release, "--namespace", namespace, "--no-hooks")
+        bed.helm("uninstall", release, "--namespace", namespace, "--no-hooks", major=major)
     assert _stored(bed, manifest, namespace) == [f"{o['kind']}/{o['metadata']['name']}" for o in manifest]
+
+
+@pytest.mark.parametrize("major", [3, 4], ids=["helm3", "helm4"])
+def test_an_upgrade_over_a_hand_scaled_deployment(bed: Bed, major: int) -> None:
+    """What install.md says of the two Helms when someone else changed a field the chart sets: Helm 3's
+    three-way merge puts the chart's value back without a word; Helm 4's server-side apply refuses with a
+    conflict naming the field, and takes it over only with --force-conflicts."""
+    release, namespace = f"scaled{major}", f"gpushare-scaled{major}"
+    deployment = rest.path("deployments", f"{release}-gpushare-extender", namespace, group="apps")
+    common = ("--namespace", namespace, "--no-hooks", "--reuse-values")
+    bed.helm(
+        "install",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--create-namespace",
+        "--no-hooks",
+        major=major,
+    )
+    try:
+        chart_replicas = bed.request("GET", deployment)["spec"]["replicas"]
+        bed.request(
+            "PATCH",
+            deployment,
+            body={"spec": {"replicas": chart_replicas + 1}},
+            content_type=rest.MERGE_PATCH,
+        )
+        upgrade = bed.helm("upgrade", release, str(CHART), *common, check=False, major=major)
+        if major == 4:
+            assert (
+                upgrade.returncode != 0
+                and "conflict" in upgrade.stderr
+                and ".spec.replicas" in upgrade.stderr
+            )
+            assert bed.request("GET", deployment)["spec"]["replicas"] == chart_replicas + 1
+            bed.helm("upgrade", release, str(CHART), *common, "--force-conflicts", major=major)
+        else:
+            assert upgrade.returncode == 0, upgrade.stderr
+        assert bed.request("GET", deployment)["spec"]["replicas"] == chart_replicas
+    finally:
+        bed.helm("uninstall", release, "--namespace", namespace, "--no-hooks", major=major)

@@ -54,8 +54,10 @@ class Release:
     extender_port: int = field(default_factory=free_port)
 
     # -- Helm ---------------------------------------------------------------------------------------
-    def helm(self, *args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        binary = helm.binary()
+    def helm(
+        self, *args: str, check: bool = True, timeout: float = 120, major: int | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        binary = helm.binary(major)
         if binary is None:
             raise RuntimeError("helm missing: `bash scripts/install-helm` installs it")
         argv = [binary, "--kubeconfig", str(self.cp.admin_kubeconfig), *args]
