@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from webhook.core import accounting, allocator, modes, resources, wholecards
 from webhook.core import annotations as ann
 from webhook.extender import cache as cache_mod
+from webhook.extender import records
 from webhook.extender import wholecards as whole
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
@@ -158,7 +159,7 @@ class Binder:
             uid = str((pod.get("metadata") or {}).get("uid") or "")
             if args.pod_uid and uid != args.pod_uid:
                 return f"pod {args.key} has UID {uid}, not {args.pod_uid}: it was re-created"
-            record = cache_mod.record_of(pod, self.cache.names, unit=self.cache.unit)
+            record = records.record_of(pod, self.cache.names, unit=self.cache.unit)
             if record is None:
                 return self._asks_nothing(args)
             if record.node:  # bound already, and the watch has not shown it: count it meanwhile
@@ -185,7 +186,7 @@ class Binder:
             args, uid, lambda gpus, unit: allocator.fit(asked, gpus, policy, unit), record.created
         )
 
-    def _bind_cards(self, args: BindingArgs, uid: str, record: cache_mod.PodRecord) -> str:
+    def _bind_cards(self, args: BindingArgs, uid: str, record: records.PodRecord) -> str:
         """Whole cards: reserved and annotated like a share on a node our plugin serves; on a node where
         NVIDIA's plugin serves them, a plain Binding (nothing of ours to count or to tell the plugin)."""
         mode = whole.ours(self.cache, args.node)
@@ -222,7 +223,7 @@ class Binder:
             "scheduler's extender configuration)"
         )
 
-    def _placed_already(self, args: BindingArgs, uid: str, record: cache_mod.PodRecord) -> str | None:
+    def _placed_already(self, args: BindingArgs, uid: str, record: records.PodRecord) -> str | None:
         """The answer for a pod this extender already bound, or that the watch shows bound; None to bind."""
         held = self.cache.assumption(args.key)
         if held is not None and held.uid == uid and held.bound:
@@ -258,6 +259,7 @@ class Binder:
         self, args: BindingArgs, uid: str, choose: _Choose, created: str
     ) -> tuple[int, ann.Placement] | str:
         with self._node_lock(args.node), self.cache.locked():
+            self.cache.drop_nomination(args.key)  # filter's guess of this pod: bind decides now
             ledger = self.cache.ledger(args.node)
             if ledger is None:
                 return f"node {args.node} is not known to the gpushare extender"

@@ -15,30 +15,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import accounting, allocator, demand, modes, resources, wholecards
+from webhook.core import accounting, allocator, modes, resources
 from webhook.core import annotations as ann
+from webhook.extender.records import PodRecord, record_of
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
-
-
-@dataclass(frozen=True, slots=True)
-class PodRecord:
-    """What the cache keeps of a pod: enough to bind it and to count it, not the whole object."""
-
-    key: str
-    uid: str
-    node: str
-    demand: demand.GpuMemoryDemand | None
-    demand_error: str = ""
-    policy: str = ""
-    share: accounting.PodShare | None = None
-    problem: str = ""
-    count_label: object = None  # the gpu-count label as last read: the only input of `demand` that may change
-    ended: bool = False  # Succeeded/Failed: holds no memory any more
-    deleting: bool = False  # has a deletionTimestamp: still holds its memory until the API removes it
-    cards: wholecards.CardDemand = wholecards.NO_CARDS  # whole cards (nvidia.com/gpu) it asks for
-    created: str = ""  # metadata.creationTimestamp, RFC 3339 in UTC: orders pods of one name
+# Filter's nomination stops counting after 30 s: kube-scheduler sends the bind within milliseconds, or
+# drops the pod back into its queue (and filters it again, which drops the nomination first).
+NOMINATION_TTL_NS = 30 * 10**9
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +41,15 @@ class Assumption:
 
 
 @dataclass(frozen=True, slots=True)
+class Nomination:
+    """Memory counted for a pod on the one node filter left it, before its bind arrives."""
+
+    uid: str
+    node: str
+    since_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     """A consistent copy of one node's ledger for inspect."""
 
@@ -65,56 +59,6 @@ class NodeView:
     shares: tuple[accounting.PodShare, ...]
     problems: tuple[str, ...]
     mode: str = ""  # the node's ack.node.gpu.schedule mode, "invalid" when its value is unknown
-
-
-def record_of(
-    pod: Mapping[str, Any],
-    names: resources.GpuResourceNames,
-    previous: PodRecord | None = None,
-    unit: str = "GiB",
-) -> PodRecord | None:
-    """The cache's record of a pod; None for pods that neither ask for GPU memory nor hold any.
-
-    `previous` (the record of the same key) lends its demand when the pod is the same (UID) with the same
-    gpu-count label: container resources of a pod never change, and most events are status updates."""
-    meta = pod.get("metadata") or {}
-    key = accounting.pod_key(pod)
-    uid = str(meta.get("uid") or "")
-    labels = meta.get("labels")
-    count_label = labels.get(names.count) if isinstance(labels, Mapping) else labels
-    problem = ""
-    try:
-        share = accounting.share_of(pod)
-    except ann.AnnotationError as err:
-        share, problem = None, str(err)
-    asked: demand.GpuMemoryDemand | None
-    cards = wholecards.NO_CARDS
-    if previous is not None and previous.uid == uid and uid and previous.count_label == count_label:
-        asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
-    else:
-        try:
-            asked, demand_error = demand.pod_demand(pod, names, unit), ""  # unit: for its messages
-            cards = wholecards.pod_cards(pod, names)
-        except demand.DemandError as err:
-            asked, demand_error = None, str(err)
-    asks = (asked is not None and asked.asks()) or cards.asks()
-    if share is None and not problem and not demand_error and not asks:
-        return None
-    return PodRecord(
-        key=key,
-        uid=uid,
-        node=accounting.node_name_of(pod),
-        demand=asked,
-        demand_error=demand_error,
-        policy=str((meta.get("annotations") or {}).get(resources.PLACEMENT_POLICY_ANNOTATION, "")),
-        share=share,
-        problem=problem,
-        count_label=count_label,
-        ended=not accounting.holds_memory(pod),
-        deleting=accounting.being_deleted(pod),
-        cards=cards,
-        created=str(meta.get("creationTimestamp") or ""),
-    )
 
 
 def _replaces(assumption: Assumption, uid: str, created: str) -> bool:
@@ -150,6 +94,8 @@ class Cache:
         self._placements: dict[str, allocator.Policy] = {}
         self._pods: dict[str, PodRecord] = {}
         self._assumed: dict[str, Assumption] = {}
+        # A ledger entry of a pod key belongs to one of: a nomination, an assumption, a bound record.
+        self._nominated: dict[str, Nomination] = {}
         self._tokens = itertools.count(1)
         # Free memory of each known node's largest healthy GPU (-1: none healthy), refreshed on read for
         # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
@@ -243,6 +189,15 @@ class Cache:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         with self._lock:
+            nominated = self._nominated.get(key)
+            if nominated is not None and (
+                nominated.uid != uid
+                or kind == DELETED
+                or accounting.node_name_of(pod)
+                or not accounting.holds_memory(pod)
+                or accounting.being_deleted(pod)
+            ):
+                self._drop_nomination(key)
             assumption = self._assumed.get(key)
             if assumption is not None and (
                 _replaces(assumption, uid, str(meta.get("creationTimestamp") or ""))
@@ -274,6 +229,8 @@ class Cache:
         self.pods_synced.set()
 
     def _set_record(self, key: str, record: PodRecord | None) -> None:
+        if record is None or record.node:
+            self._drop_nomination(key)
         old = self._pods.pop(key, None)
         if old is not None and old.node and key not in self._assumed:
             self._ledger(old.node).release(key)
@@ -295,6 +252,7 @@ class Cache:
         that `confirm` and `forget` take. Replaces an earlier assumption of the pod: the binder only
         assumes for a pod whose earlier binds are over (or for a newer pod of the same name)."""
         with self._lock:
+            self._drop_nomination(key)  # bind decides now, on whichever node kube-scheduler chose
             previous = self._assumed.get(key)
             older = {previous.uid, *previous.older} if previous is not None else set()
             self._drop_assumption(key)
@@ -358,9 +316,11 @@ class Cache:
             self._ledger(record.node).place(record.share)
 
     def expire_assumptions(self, now_ns: int) -> int:
-        """Drop assumptions older than ASSUME_TTL_NS. `_assumed` is in the order they were made (assume
-        re-inserts), so only the expired head is walked: the binder calls this on every bind."""
+        """Drop assumptions older than ASSUME_TTL_NS (and nominations older than NOMINATION_TTL_NS).
+        `_assumed` is in the order they were made (assume re-inserts), so only the expired head is walked:
+        the binder calls this on every bind."""
         with self._lock:
+            self._expire_nominations(now_ns)
             old = []
             for key, assumption in self._assumed.items():
                 if now_ns - assumption.since_ns <= ASSUME_TTL_NS:
@@ -369,6 +329,47 @@ class Cache:
             for key in old:
                 self._drop_assumption(key)
             return len(old)
+
+    # --- nominations (filter) ----------------------------------------------------------------------
+
+    def nominate(self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int) -> bool:
+        """Count a pod on the one node filter left it, until its bind arrives, the watch shows it bound or
+        gone, or NOMINATION_TTL_NS passes. kube-scheduler binds asynchronously: without this, the next
+        pod's filter, often answered before that bind, would see the memory free and pick the same GPU.
+        Never for a pod being bound or bound (False then)."""
+        with self._lock:
+            self._expire_nominations(now_ns)
+            record = self._pods.get(key)
+            if key in self._assumed or (record is not None and record.node):
+                return False
+            self._drop_nomination(key)
+            self._nominated[key] = Nomination(uid, node, now_ns)
+            share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
+            self._ledger(node).place(share)
+            return True
+
+    def drop_nomination(self, key: str) -> None:
+        """Stop counting the pod's nomination: its bind is choosing now, or filter is asked again."""
+        with self._lock:
+            self._drop_nomination(key)
+
+    def nominated(self) -> dict[str, str]:
+        with self._lock:
+            return {k: n.node for k, n in self._nominated.items()}
+
+    def _drop_nomination(self, key: str) -> None:
+        nomination = self._nominated.pop(key, None)
+        if nomination is not None:
+            self._ledger(nomination.node).release(key)
+
+    def _expire_nominations(self, now_ns: int) -> None:
+        old = []
+        for key, nomination in self._nominated.items():  # in the order they were made
+            if now_ns - nomination.since_ns <= NOMINATION_TTL_NS:
+                break
+            old.append(key)
+        for key in old:
+            self._drop_nomination(key)
 
     def assumed(self) -> dict[str, str]:
         with self._lock:

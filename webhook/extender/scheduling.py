@@ -9,10 +9,11 @@ choice then survives kube-scheduler's own scoring, which knows nothing of GPUs (
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.core import allocator, demand, modes, ranking, wholecards
+from webhook.core import accounting, allocator, demand, modes, ranking, wholecards
 from webhook.extender import wholecards as whole
 from webhook.extender import wire
 from webhook.extender.cache import Cache
@@ -43,7 +44,9 @@ def filter_nodes(
     # The common pod (one GPU, at most one gpu-mem container) is judged by each node's largest free GPU,
     # kept per node by the cache: with 5,000 nodes per call this loop is the whole cost of filter.
     whole_only = asked.gpu_count == 1 and sum(1 for u in asked.containers if u) <= 1
+    key = accounting.pod_key(args.pod)
     with cache.locked():
+        cache.drop_nomination(key)  # asked again: its earlier nomination is not where it is
         # Nodes whose mode (ack.node.gpu.schedule) takes no shares: preemption cannot help there.
         blocked = cache.unshared()
         names: Sequence[str] = args.node_names
@@ -58,6 +61,16 @@ def filter_nodes(
                 passed = _best_quick(cache, passed, need, notes, default_policy)
             rest = [name for name in names if get(name, -1) < need]
             if not rest and not unresolvable:
+                if best_fit:
+                    _nominate(
+                        cache,
+                        pod=args.pod,
+                        key=key,
+                        passed=passed,
+                        asked=asked,
+                        notes=notes,
+                        default_policy=default_policy,
+                    )
                 return wire.filter_result(args, passed)
         else:
             rest = list(names)
@@ -100,7 +113,41 @@ def filter_nodes(
                     (failed if verdict is FAIL else unresolvable)[name] = reason
         if ranked:  # with best_fit every node that passed this loop is ranked
             passed = ranking.best(ranked)
+        if best_fit:
+            _nominate(
+                cache,
+                pod=args.pod,
+                key=key,
+                passed=passed,
+                asked=asked,
+                notes=notes,
+                default_policy=default_policy,
+            )
     return wire.filter_result(args, passed, failed, unresolvable)
+
+
+def _nominate(
+    cache: Cache,
+    *,
+    pod: Mapping[str, Any],
+    key: str,
+    passed: Sequence[str],
+    asked: demand.GpuMemoryDemand,
+    notes: Mapping[str, Any] | None,
+    default_policy: allocator.Policy,
+) -> None:
+    """When best fit left one node, kube-scheduler will bind the pod there: count it now (Cache.nominate),
+    where bind would place it, so the next pod's filter does not race its bind. Hold `cache.locked()`."""
+    if len(passed) != 1:
+        return
+    ledger = cache.ledger(passed[0])
+    if ledger is None:
+        return
+    policy = modes.placement_policy(notes, cache.placement(passed[0]), default_policy)
+    placed = allocator.fit(asked, ledger.gpus(), policy, ledger.unit)
+    if isinstance(placed, allocator.Fit):
+        uid = str((pod.get("metadata") or {}).get("uid") or "")
+        cache.nominate(key, uid, passed[0], placed.allocation, time.time_ns())
 
 
 def _best_quick(

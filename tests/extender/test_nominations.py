@@ -1,0 +1,117 @@
+"""Tests for filter's nominations (Cache.nominate): a pod best fit sent to one node counts there until its
+bind arrives, so the next pod's filter, which kube-scheduler may send before that bind, cannot pick the
+same memory; the nomination never counts twice and never outlives the pod's bind, deletion or its TTL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.extender.factory import FakeApi, node, pod
+from webhook.core import allocator
+from webhook.core import annotations as ann
+from webhook.extender import scheduling, wire
+from webhook.extender.binder import Binder
+from webhook.extender.cache import DELETED, MODIFIED, NOMINATION_TTL_NS, Cache
+from webhook.extender.settings import ExtenderSettings
+from webhook.extender.wire import BindingArgs
+
+NAMES = ("n1", "n2")
+
+
+def cluster(*pods: dict[str, Any]) -> tuple[Cache, FakeApi, Binder]:
+    cache, api = Cache(), FakeApi()
+    cache.nodes_resync([node("n1", 8), node("n2", 16)])
+    for p in pods:
+        api.add(p)
+    cache.pods_resync(list(pods))
+    return cache, api, Binder(cache, api, ExtenderSettings(), clock_ns=lambda: 42, sleep=lambda s: None)
+
+
+def filtered(cache: Cache, body: dict[str, Any], best_fit: bool = True) -> list[str]:
+    result = scheduling.filter_nodes(
+        cache, wire.ExtenderArgs(body, NAMES), allocator.Policy.BINPACK, best_fit
+    )
+    return list(result["NodeNames"] or [])
+
+
+def used(cache: Cache, name: str) -> list[int]:
+    view = cache.view(name)
+    assert view is not None
+    return [g.used for g in view.gpus]
+
+
+def test_the_next_pods_filter_sees_the_memory_of_a_pod_whose_bind_has_not_come():
+    a, b = pod("a", 8), pod("b", 8)
+    cache, _, _ = cluster(a, b)
+    assert filtered(cache, a) == ["n1"]  # the exact fit
+    assert cache.nominated() == {"default/a": "n1"}
+    assert filtered(cache, b) == ["n2"]  # n1's GPU is a's until its bind says otherwise
+    assert used(cache, "n1") == [8] and used(cache, "n2") == [8]
+
+
+def test_bind_replaces_the_nomination_and_the_pod_fits_its_own_memory():
+    a = pod("a", 8)
+    cache, api, binder = cluster(a)
+    assert filtered(cache, a) == ["n1"]
+    assert binder.bind(BindingArgs("a", "default", "uid-a", "n1")) == ""  # not blocked by itself
+    assert cache.nominated() == {}
+    assert cache.assumed() == {"default/a": "n1"}
+    assert used(cache, "n1") == [8]
+    assert api.bound[0][1] == "n1"
+
+
+def test_bind_to_another_node_drops_the_nomination():
+    a = pod("a", 8)
+    cache, _, binder = cluster(a)
+    assert filtered(cache, a) == ["n1"]
+    assert binder.bind(BindingArgs("a", "default", "uid-a", "n2")) == ""
+    assert used(cache, "n1") == [0] and used(cache, "n2") == [8]
+
+
+def test_the_watch_showing_the_pod_bound_or_gone_replaces_the_nomination():
+    a = pod("a", 8)
+    cache, _, _ = cluster(a)
+    filtered(cache, a)
+    cache.pod_event(MODIFIED, pod("a", 8, node_name="n1", placed={0: {0: 8}}))
+    assert cache.nominated() == {}
+    assert used(cache, "n1") == [8]  # counted once
+    b = pod("b", 4)
+    cache.pod_event(MODIFIED, b)
+    assert filtered(cache, b) == ["n2"]
+    cache.pod_event(DELETED, b)
+    assert cache.nominated() == {} and used(cache, "n2") == [0]
+
+
+def test_a_pod_recreated_under_the_same_name_drops_the_old_ones_nomination():
+    a = pod("a", 8)
+    cache, _, _ = cluster(a)
+    filtered(cache, a)
+    cache.pod_event(MODIFIED, pod("a", 8, uid="uid-a-2"))
+    assert cache.nominated() == {} and used(cache, "n1") == [0]
+
+
+def test_filtering_the_same_pod_again_does_not_count_its_earlier_nomination():
+    a = pod("a", 8)
+    cache, _, _ = cluster(a)
+    assert filtered(cache, a) == ["n1"]
+    assert filtered(cache, a) == ["n1"]  # kube-scheduler retries it: still the exact fit
+    assert used(cache, "n1") == [8]
+
+
+def test_nominations_expire():
+    a = pod("a", 8)
+    cache, _, _ = cluster(a)
+    filtered(cache, a)
+    cache.expire_assumptions(10**30)  # any bind expires stale nominations too
+    assert cache.nominated() == {} and used(cache, "n1") == [0]
+    assert NOMINATION_TTL_NS < 60 * 10**9
+
+
+def test_no_nomination_for_ties_without_best_fit_or_while_a_bind_is_in_flight():
+    cache, _, _ = cluster()
+    cache.nodes_resync([node("n1", 16), node("n2", 16)])
+    assert filtered(cache, pod("tie", 4)) == ["n1", "n2"]  # kube-scheduler chooses: nothing to count
+    assert filtered(cache, pod("all", 4), best_fit=False) == ["n1", "n2"]
+    cache.assume("default/busy", "uid-busy", "n1", ann.Allocation({0: {0: 4}}), 1)
+    assert not cache.nominate("default/busy", "uid-busy", "n2", ann.Allocation({0: {0: 4}}), 2)
+    assert cache.nominated() == {}
