@@ -7,6 +7,7 @@ Both of our endpoints meet it: gpu-mem and whole cards (nvidia.com/gpu).
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from tests.e2e.bed import Bed
 from webhook.core import annotations as ann
 from webhook.core import resources
 from webhook.devcluster import kubelet as kubeletmod
+from webhook.devcluster import process
 from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
 from webhook.gpus import inventory
 from webhook.kube import rest
@@ -29,9 +31,12 @@ GROUP = "real-kubelet"
 
 @pytest.fixture(scope="module")
 def kubelet(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeletmod.Kubelet]:
-    reason = kubeletmod.available(bed.cp.bins)
+    reason = kubeletmod.private_available(bed.cp.bins)
     if reason is not None:
         pytest.skip(reason)  # a failure under CI (tests/e2e/conftest.py)
+    # A device-plugin folder of its own: another kubelet on this machine (another run of the suite, the
+    # demo) keeps its own, and neither replaces the other's kubelet.sock.
+    plugin_dir = process.socket_dir(NODE)
     real = kubeletmod.Kubelet(
         bed.cp.bins,
         bed.cp,
@@ -39,11 +44,13 @@ def kubelet(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube
         node=NODE,
         labels={"e2e-group": GROUP, resources.ISOLATION_KEY: "false"},
         taints=(f"e2e-group={GROUP}:NoSchedule",),
+        plugin_dir=plugin_dir,
     ).start()
     try:
         yield real
     finally:
         real.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 @pytest.fixture
@@ -52,7 +59,7 @@ def plugin(bed: Bed, kubelet: kubeletmod.Kubelet) -> Iterator[None]:
     deleted and gone from the kubelet, so the next test finds both GPUs (and all devices) free."""
     process = bed.start_device_plugin(
         NODE,
-        kubeletmod.DEVICE_PLUGIN_DIR,
+        kubelet.device_plugin_dir,
         "0:16,1:16",
         extra=("--pod-resources-socket", str(kubelet.pod_resources_socket)),
     )
