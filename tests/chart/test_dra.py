@@ -1,6 +1,6 @@
 """The DRA part of the chart: off by default; when on, its DaemonSet runs only on nodes in a DRA mode (never
 where the device plugin runs), with flags the CLI accepts; two DeviceClasses (shares, whole GPUs serving
-nvidia.com/gpu); exact RBAC and an admission policy; refused below Kubernetes 1.34. The objects pass the
+nvidia.com/gpu); exact RBAC and an admission policy; refused below Kubernetes 1.36. The objects pass the
 API's strict schemas of 1.34 to 1.37 (what the API server does with them: tests/e2e/test_dra_*.py)."""
 
 from __future__ import annotations
@@ -115,19 +115,27 @@ def test_the_dra_objects_pass_the_strict_schemas(version):
     assert [e for o in found for e in schemas.errors(o, version)] == []
 
 
-def test_kubernetes_before_1_34_is_refused_naming_the_version():
+@pytest.mark.parametrize("version", ["1.30.0", "1.33.9", "1.34.0", "1.35.4"])
+def test_kubernetes_before_1_36_is_refused_naming_the_version_and_the_gates(version):
     result = render.helm(
         "template",
         "gs",
         str(render.CHART),
         "--kube-version",
-        "1.33.0",
+        version,
         "--set",
         "dra.enabled=true",
         check=False,
     )
     assert result.returncode != 0
-    assert "dra.enabled needs Kubernetes 1.34 or newer" in result.stderr
+    assert f"dra.enabled needs Kubernetes 1.36 or newer, not v{version}" in result.stderr
+    assert "DRAConsumableCapacity" in result.stderr and "DRAExtendedResource" in result.stderr
+
+
+@pytest.mark.parametrize("version", ["1.36.0", "1.37.2"])
+def test_kubernetes_1_36_and_newer_render_the_dra_part(version):
+    objects = render.render({"dra": {"enabled": True}}, "--kube-version", version)
+    assert {"DeviceClass", "DaemonSet"} <= {o["kind"] for o in objects}
 
 
 @pytest.mark.parametrize(
