@@ -45,6 +45,10 @@ class Workload:
     duplicates: int = 3  # at most this many simultaneous binds of one pod
     other_node: float = 0.3  # share of duplicates sent to another node
     stale_uid: float = 0.05  # share of binds naming an older pod of the same name
+    # Share of steps that ask filter first (as kube-scheduler does) and bind where it points: filter's
+    # nominations (Cache.nominate) then race the binds; some filters are never followed by a bind.
+    filter_first: float = 0.5
+    filter_only: float = 0.1
     delete: float = 0.1  # share of steps that delete a pending pod (often while binds of it run)
     delete_bound: float = 0.7  # share of steps on a bound pod that delete it (else: bind it again)
     restarts: int = 2  # extender restarts, spread over the run
@@ -56,6 +60,7 @@ class Workload:
 @dataclass
 class Report:
     binds: int = 0
+    filters: int = 0  # filter calls answered
     bound: int = 0  # answered "" (duplicates included)
     refused: int = 0  # answered with an Error
     unreachable: int = 0  # no answer (the extender was restarting)
@@ -77,7 +82,7 @@ class Report:
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.injected.items())) or "none"
         return (
             f"{self.binds} binds ({self.bound} ok, {self.refused} refused, {self.unreachable} unanswered; "
-            f"{self.sent} Bindings reached the API), "
+            f"{self.sent} Bindings reached the API), {self.filters} filters, "
             f"{self.creates} creates, {self.deletes} deletes, {self.restarts} restarts, "
             f"{self.seconds:.1f} s; "
             f"faults injected: {faults}; {self.checks} API states checked, "
@@ -139,6 +144,7 @@ class _Run:
             for i, size in enumerate(sizes)
         }
         self.uids: list[list[str]] = [[] for _ in range(workload.names)]  # per name: UIDs, newest last
+        self.bodies: list[dict[str, Any]] = [{} for _ in range(workload.names)]  # per name: newest pod
         self.live: list[bool] = [False] * workload.names
         self.bound: list[bool] = [False] * workload.names  # a bind of its newest UID answered ""
         self.slot_locks = [threading.Lock() for _ in range(workload.names)]
@@ -191,6 +197,7 @@ class _Run:
             container["image"] = "registry.k8s.io/pause:3.10"
         created = rest.request(self.api, "POST", self._path("pods"), body=manifest)
         self.uids[slot].append(str(created["metadata"]["uid"]))
+        self.bodies[slot] = created
         self.live[slot] = True
 
     # --- the extender under test ---
@@ -244,6 +251,20 @@ class _Run:
                 self.report.bound += 1
                 self.bound[slot] = self.bound[slot] or uid == self.uids[slot][-1]
 
+    def _filter(self, slot: int) -> str | None:
+        """Filter over every node, as kube-scheduler asks it; the first node it passes, or None."""
+        ext = self.ext
+        body = {"Pod": self.bodies[slot], "Nodes": None, "NodeNames": self.nodes}
+        try:
+            if ext is None:
+                raise ConnectionError("no extender")
+            passed = _post(ext.url, f"{PREFIX}/filter", json.dumps(body).encode())["NodeNames"]
+        except (OSError, http.client.HTTPException):
+            return None
+        with self.lock:
+            self.report.filters += 1
+        return str(passed[0]) if passed else None
+
     def _step(self, rng: random.Random) -> None:
         slot = rng.randrange(self.w.names)
         name = f"p{slot}"
@@ -262,6 +283,11 @@ class _Run:
             return
         uids = self.uids[slot]
         first = rng.choice(self.nodes)
+        if rng.random() < self.w.filter_first:
+            chosen = self._filter(slot)
+            if chosen is None or rng.random() < self.w.filter_only:
+                return  # no node fits, or kube-scheduler gave the pod up after filter
+            first = chosen
         calls = []
         for _ in range(rng.randint(1, self.w.duplicates)):
             node = rng.choice(self.nodes) if rng.random() < self.w.other_node else first

@@ -40,7 +40,9 @@ def test_filter_keeps_gpu_memory_pods_off_nodes_whose_mode_does_not_share():
     cache.pods_resync([])
     names = ("legacy", "cgpu", "whole", "topo", "typo")
     for body in (pod("small", 2), pod("pair", 2, 3)):  # the quick path and the allocator's path
-        result = scheduling.filter_nodes(cache, wire.ExtenderArgs(body, names), allocator.Policy.BINPACK)
+        # Every node that takes the pod (best fit would keep one of them).
+        args = wire.ExtenderArgs(body, names)
+        result = scheduling.filter_nodes(cache, args, allocator.Policy.BINPACK, best_fit=False)
         assert result["NodeNames"] == ["legacy", "cgpu"]
         assert result["FailedNodes"] is None
         # Unresolvable: preempting pods cannot make a whole-card node take a share.

@@ -107,11 +107,19 @@ def test_nominations_expire():
     assert NOMINATION_TTL_NS < 60 * 10**9
 
 
-def test_no_nomination_for_ties_without_best_fit_or_while_a_bind_is_in_flight():
+def test_of_equal_nodes_the_first_is_nominated_and_the_next_pod_sees_it():
     cache, _, _ = cluster()
     cache.nodes_resync([node("n1", 16), node("n2", 16)])
-    assert filtered(cache, pod("tie", 4)) == ["n1", "n2"]  # kube-scheduler chooses: nothing to count
+    assert filtered(cache, pod("tie", 12)) == ["n1"]  # kube-scheduler's order decides between equals
+    assert cache.nominated() == {"default/tie": "n1"}
+    assert filtered(cache, pod("next", 12)) == ["n2"]
+
+
+def test_no_nomination_without_best_fit_or_while_a_bind_is_in_flight():
+    cache, _, _ = cluster()
+    cache.nodes_resync([node("n1", 16), node("n2", 16)])
     assert filtered(cache, pod("all", 4), best_fit=False) == ["n1", "n2"]
+    assert cache.nominated() == {}
     cache.assume("default/busy", "uid-busy", "n1", ann.Allocation({0: {0: 4}}), 1)
     assert not cache.nominate("default/busy", "uid-busy", "n2", ann.Allocation({0: {0: 4}}), 2)
     assert cache.nominated() == {}

@@ -3,8 +3,9 @@
 A node's key is what the pod leaves free on the GPU(s) it would get there, then on the whole node. Under
 `binpack` the least wins (online best fit: a 16 GiB pod takes an empty 16 GiB GPU before a 24 GiB one,
 and the 24 GiB GPU is kept for a pod that needs it); under `spread` the most. Keys compare only among
-nodes of one policy; smaller is better. Filter keeps the best node(s) of each policy (`best`), so
-kube-scheduler's own scores, which know nothing of GPUs, choose only among nodes that are equal here.
+nodes of one policy; smaller is better. Filter keeps the best node of each policy (`best`: the first of
+equal ones, in kube-scheduler's order), so kube-scheduler's own scores, which know nothing of GPUs, cannot
+send the pod elsewhere, and the extender knows where the pod goes before its bind arrives.
 
     key(Policy.BINPACK, left=0, node_left=16) -> (0, 16)
 """
@@ -56,32 +57,30 @@ def quick_rank(need: int, free_asc: Sequence[int], policy: Policy) -> Rank | Non
 
 
 class Best:
-    """Collects the nodes holding the best key of their policy as they come, in the order added."""
+    """Finds the best node of each policy as nodes come: the first one holding the least key."""
 
-    __slots__ = ("_names", "_top")
+    __slots__ = ("_first", "_top")
 
     def __init__(self) -> None:
         self._top: dict[Policy, Rank] = {}
-        self._names: dict[Policy, list[str]] = {}
+        self._first: dict[Policy, str] = {}
 
     def add(self, name: str, policy: Policy, value: Rank) -> None:
         top = self._top.get(policy)
         if top is None or value < top:
             self._top[policy] = value
-            self._names[policy] = [name]
-        elif value == top:
-            self._names[policy].append(name)
+            self._first[policy] = name
 
     def names(self, order: Sequence[str]) -> list[str]:
-        """The best nodes; with several policies, in the order of `order`."""
-        if len(self._names) == 1:
-            return next(iter(self._names.values()))
-        kept = {name for names in self._names.values() for name in names}
+        """The best node of each policy (one, unless nodes of several policies fit), in `order`."""
+        if len(self._first) <= 1:
+            return list(self._first.values())
+        kept = set(self._first.values())
         return [name for name in order if name in kept]
 
 
 def best(ranked: Mapping[str, tuple[Policy, Rank]]) -> list[str]:
-    """The nodes holding the best key of their policy, in the order given."""
+    """The best node of each policy, the first of equal ones in the order given."""
     found = Best()
     for name, (policy, value) in ranked.items():
         found.add(name, policy, value)
