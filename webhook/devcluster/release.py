@@ -246,22 +246,31 @@ class Release:
         process.wait_until(lambda: http_status(url, context) == 200, 30, "ready")
         return process
 
-    def start_scheduler(self) -> Process:
+    def start_scheduler(self, *, plain: str = "", qps: int = 0) -> Process:
         """kube-scheduler with the chart's configuration; its extender tlsConfig files are those of the
-        Secret volume the chart mounts into the scheduler's pod."""
+        Secret volume the chart mounts into the scheduler's pod.
+
+        `plain`: the same binary and client settings as a reference without us: one profile of that
+        scheduler name, no extender. `qps` lifts the client's rate limit (default 50/s, burst 100)."""
         config = yaml.safe_load(self.configmap(f"{FULLNAME}-scheduler", "config.yaml"))
         config["clientConnection"] = {"kubeconfig": str(self.kubeconfig(f"{FULLNAME}-scheduler"))}
+        if qps:
+            config["clientConnection"].update(qps=qps, burst=2 * qps)
+        if plain:  # kube-scheduler's defaults otherwise (percentageOfNodesToScore too)
+            config.pop("extenders", None)
+            config.pop("percentageOfNodesToScore", None)
+            config["profiles"] = [{"schedulerName": plain}]
         files = self.mounts(f"{FULLNAME}-scheduler")
         for extender in config.get("extenders") or []:
             tls = extender.get("tlsConfig") or {}
             for key in ("caFile", "certFile", "keyFile"):
                 if key in tls:
                     tls[key] = mounts.on_host(tls[key], files)
-        path = self.root / "scheduler-config.yaml"
+        path = self.root / f"{plain or 'kube-scheduler'}-config.yaml"
         path.write_text(yaml.safe_dump(config))
         port = free_port()
         process = self.spawn(
-            "kube-scheduler",
+            plain or "kube-scheduler",
             [
                 str(self.cp.bins / "kube-scheduler"),
                 f"--config={path}",
