@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from webhook.dra.health.v1alpha1 import api_pb2 as health_pb2
 from webhook.dra.pluginregistration.v1 import api_pb2 as reg_pb2
 from webhook.dra.v1 import api_pb2 as v1_pb2
 from webhook.dra.v1beta1 import api_pb2 as v1beta1_pb2
@@ -16,7 +17,7 @@ from webhook.dra.v1beta1 import api_pb2 as v1beta1_pb2
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = [
     f"webhook/dra/{d}/{n}"
-    for d in ("v1", "v1beta1", "pluginregistration/v1")
+    for d in ("v1", "v1beta1", "pluginregistration/v1", "health/v1alpha1")
     for n in ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 ]
 
@@ -66,3 +67,18 @@ def test_the_registration_service_has_the_kubelets_names():
         "pluginregistration.Registration.GetInfo",
         "pluginregistration.Registration.NotifyRegistrationStatus",
     ]
+
+
+def test_the_health_service_has_the_kubelets_names():
+    file = health_pb2.DESCRIPTOR
+    assert file.package == "v1alpha1"
+    methods = [m.full_name for m in file.services_by_name["DRAResourceHealth"].methods]
+    assert methods == ["v1alpha1.DRAResourceHealth.NodeWatchResources"]
+    fields = {f.name: f.number for f in file.message_types_by_name["DeviceHealth"].fields}
+    assert fields == {
+        "device": 1,
+        "health": 2,
+        "last_updated_time": 3,
+        "health_check_timeout_seconds": 4,
+        "message": 5,
+    }

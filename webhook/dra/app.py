@@ -14,11 +14,12 @@ from http.server import ThreadingHTTPServer
 from types import FrameType
 from typing import Any
 
+import grpc
 import kubernetes.client
 import prometheus_client
 
 from webhook.core import cdi
-from webhook.dra import checkpoint, nodemode, preparer, publisher, registration, server
+from webhook.dra import checkpoint, healthstream, nodemode, preparer, publisher, registration, server
 from webhook.dra.cdispecs import SpecFiles
 from webhook.dra.settings import DraSettings, SettingsError
 from webhook.gpus import health, inventory
@@ -105,9 +106,10 @@ class Driver:
             specs=self.specs,
             mps_dirs=self.mode.mps_dirs,
         )
+        self.health_stream = healthstream.HealthStream(settings.node_name, gpus)
         self.server = registration.DriverServer(
             registration.Sockets(settings.driver_name, settings.dra_socket, settings.registration_socket),
-            lambda srv: server.add_services(srv, self.preparer, self.metrics),
+            self._add_services,
         )
         self.publisher = publisher.SlicePublisher(
             self.api,
@@ -135,6 +137,15 @@ class Driver:
         )
         self.health = health.watcher(settings.health_file, self.inventory, settings.health_recovery_s)
         self.http: ThreadingHTTPServer | None = None
+
+    def _add_services(self, srv: grpc.Server) -> None:
+        server.add_services(srv, self.preparer, self.metrics)
+        healthstream.add(srv, self.health_stream)
+
+    def _health_changed(self, unhealthy: frozenset[int]) -> None:
+        """A GPU's health changed: it leaves (or rejoins) the slice, and the kubelet hears of it."""
+        self.publisher.set_unhealthy(unhealthy)
+        self.health_stream.set_unhealthy(unhealthy)
 
     def _on_node_event(self, event: watch.WatchEvent) -> None:
         found = event.objects[:1] if event.type == watch.RESYNC else (event.object,)
@@ -175,7 +186,7 @@ class Driver:
         self.slice_watch.start()
         threading.Thread(
             target=self.health.run,
-            args=(self.stop_event, self.publisher.set_unhealthy),
+            args=(self.stop_event, self._health_changed),
             name="gpu-health",
             daemon=True,
         ).start()
@@ -191,6 +202,7 @@ class Driver:
     def stop(self) -> None:
         self.stop_event.set()
         self._close_http()
+        self.health_stream.stop()  # ends the kubelet's open stream before the server's grace runs out
         self.server.stop()
         self.publisher.stop()
         self.slice_watch.stop()
