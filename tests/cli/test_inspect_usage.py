@@ -114,8 +114,13 @@ def _failing(err: Exception) -> Any:
             "usage: the device plugin could not be asked: GPU usage has not been sampled yet",
         ),
         ([_pod("n1")], lambda path: {"node": 1}, "usage: report.gpus is not a list"),
+        (
+            [_pod("n1")],
+            lambda path: usagereport.encode(REPORT) | {"node": "n9"},
+            "the device plugin asked for node n1 answered for node 'n9'",
+        ),
     ],
-    ids=["no-plugin", "no-port", "forbidden", "not-sampled", "not-a-report"],
+    ids=["no-plugin", "no-port", "forbidden", "not-sampled", "not-a-report", "another-node"],
 )
 def test_a_node_whose_plugin_cannot_be_asked_says_why(pods, fetch, needle):
     found = inspect_usage.reports(["n1"], pods, fetch)

@@ -60,7 +60,10 @@ def reports(
             out[node] = "usage: no gpushare device plugin pod on this node"
             continue
         try:
-            out[node] = usagereport.decode(fetch(proxy_path(pod)))
+            report = usagereport.decode(fetch(proxy_path(pod)))
+            if report.node != node:  # a pod object whose address is another node's plugin
+                raise ValueError(f"the device plugin asked for node {node} answered for node {report.node!r}")
+            out[node] = report
         except ValueError as err:  # no health port, or an answer that is not a report
             out[node] = f"usage: {err}"
         except kube_errors.ForbiddenError as err:
