@@ -15,6 +15,7 @@ DOCS = {
     "certs": "docs/webhook.md",
     "extender": "docs/extender.md",
     "device-plugin": "docs/device-plugin.md",
+    "dra-driver": "docs/dra.md",
     "check": "docs/cli.md",
     "inspect": "docs/cli.md",
     "demo": "docs/cli.md",
