@@ -14,6 +14,7 @@ from webhook.devcluster.helm import binary as helm_binary
 __all__ = ["CHART", "ROOT", "helm_binary"]
 RELEASE = "gs"
 NAMESPACE = "gpu-system"
+KUBE_VERSION = "1.36.3"  # the end-to-end suite's kube-apiserver
 
 
 def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -25,7 +26,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def render(values: dict[str, Any] | None = None, *extra: str) -> list[dict[str, Any]]:
     """`helm template` with the given values (as one JSON --values file) -> the rendered objects."""
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.33.0", *extra]
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *extra]
     args += _set_args(values or {})
     result = helm(*args, check=False)
     assert result.returncode == 0, result.stderr

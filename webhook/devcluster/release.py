@@ -38,6 +38,13 @@ SCHEDULER_NAME = "gpushare-scheduler"
 EXTENDER_SERVER_NAME = f"{FULLNAME}-extender.{NAMESPACE}.svc"  # tlsConfig.serverName the chart renders
 
 
+def kube_version(bins: Path) -> str:
+    """The version the built kube-apiserver reports (`v1.36.3`)."""
+    argv = [str(bins / "kube-apiserver"), "--version"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout
+    return out.split()[-1]
+
+
 def admin_api(cp: ControlPlane) -> kubernetes.client.ApiClient:
     return client.connect(client.ClientSettings(kubeconfig=str(cp.admin_kubeconfig)))
 
@@ -80,7 +87,8 @@ class Release:
                 "provided": {"caCrt": self.cp.pki.ca_crt.read_text(), "extender": extender_pems},
             },
             "extender": {"urlPrefix": f"https://127.0.0.1:{self.extender_port}/gpushare-scheduler"},
-            "scheduler": {"mode": "second"},
+            # The chart refuses a kube-scheduler image newer than the cluster (its default may be).
+            "scheduler": {"mode": "second", "image": {"tag": kube_version(self.cp.bins)}},
         }
         return _merge(base, overrides)
 
