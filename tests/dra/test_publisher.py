@@ -106,3 +106,18 @@ def test_a_failed_write_is_retried(apiserver, pub):
     pub.retry_s = 0.05
     pub.start()
     apiserver.wait_for(lambda: apiserver.get("resourceslices", NAME), what="the slice after a retry")
+
+
+def test_an_api_server_that_drops_multiple_allocations_is_named_in_the_log(
+    apiserver, pub, monkeypatch, caplog
+):
+    real = draobjects.create_slice
+
+    def without(api, body):  # what an API server with DRAConsumableCapacity off stores
+        for device in body["spec"]["devices"]:
+            device.pop("allowMultipleAllocations")
+        return real(api, body)
+
+    monkeypatch.setattr(draobjects, "create_slice", without)
+    pub.publish()
+    assert "consumable capacity (feature gate DRAConsumableCapacity) is off" in caplog.text

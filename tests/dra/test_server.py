@@ -172,8 +172,9 @@ def test_an_mps_node_puts_the_limit_and_the_mps_folders_in_the_spec(make, serve,
         (("uX", "ns", "c1"), "has UID 'u1', not 'uX'"),
         (("", "ns", "c1"), "the claim needs a uid, namespace and name"),
         (("u4", "", "c1"), "the claim needs a uid, namespace and name"),
+        (("../etc", "ns", "c1"), "UID '../etc' is not a Kubernetes UID"),
     ],
-    ids=["missing", "unallocated", "not-a-unit", "replaced", "no-uid", "no-namespace"],
+    ids=["missing", "unallocated", "not-a-unit", "replaced", "no-uid", "no-namespace", "path-uid"],
 )
 def test_a_claim_that_cannot_be_prepared_fails_alone_with_the_reason(make, serve, tmp_path, asked, needle):
     claims = Claims(
@@ -203,3 +204,10 @@ def test_a_claim_of_other_drivers_only_prepares_to_no_devices_and_writes_nothing
     answer = kubelet.prepare(socket, [("u1", "ns", "c1")]).claims["u1"]
     assert (answer.error, list(answer.devices)) == ("", [])
     assert not (tmp_path / "cdi").exists()
+
+
+def test_unprepare_refuses_a_uid_that_is_no_uid_and_keeps_the_others(make, serve):
+    socket = serve(make(Claims()))
+    reply = kubelet.unprepare(socket, [("a/b", "ns", "c"), ("u1", "ns", "c1")])
+    assert "is not a Kubernetes UID" in reply.claims["a/b"].error
+    assert reply.claims["u1"].error == ""

@@ -11,6 +11,7 @@ not in it unprepares as done. Calls for one claim take turns; calls for differen
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -23,6 +24,9 @@ from webhook.dra.cdispecs import SpecFiles
 from webhook.kube import errors
 
 log = logging.getLogger(__name__)
+
+_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]*")
+_MAX_UID = 128
 
 
 class PrepareError(Exception):
@@ -183,3 +187,7 @@ def _check_identity(uid: str, namespace: str, name: str) -> None:
             f"the claim needs a uid, namespace and name (got uid={uid!r}, namespace={namespace!r}, "
             f"name={name!r})"
         )
+    # The UID names the claim's CDI spec file and devices: letters, digits and '-' as in a UUID, nothing
+    # that could leave the CDI folder.
+    if len(uid) > _MAX_UID or not _UID.fullmatch(uid):
+        raise PrepareError(f"claim {namespace}/{name}: UID {uid[:_MAX_UID]!r} is not a Kubernetes UID")

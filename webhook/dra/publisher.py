@@ -112,6 +112,8 @@ class SlicePublisher:
         else:
             written = current
         self._generation = max(self._generation, draslice.generation(written))
+        if wrote and wanted:
+            self._check_kept(written)
         if wrote:
             self.writes += 1
             log.info(
@@ -122,6 +124,21 @@ class SlicePublisher:
             )
         self._delete_others()
         return wrote
+
+    def _check_kept(self, written: dict[str, object]) -> None:
+        """An API server with consumable capacity off (DRAConsumableCapacity, on by default from 1.36)
+        drops allowMultipleAllocations and the request policy: each claim would then take a whole GPU."""
+        spec = written.get("spec")
+        found = spec.get("devices") if isinstance(spec, dict) else None
+        if isinstance(found, list) and not all(
+            isinstance(d, dict) and d.get("allowMultipleAllocations") for d in found
+        ):
+            log.error(
+                "the API server dropped allowMultipleAllocations from ResourceSlice %s: consumable "
+                "capacity (feature gate DRAConsumableCapacity) is off, so every claim takes a whole GPU; "
+                "turn it on in kube-apiserver, kube-scheduler and the kubelet (Kubernetes 1.34+)",
+                self.name,
+            )
 
     def _owned(self, current: dict[str, object]) -> bool:
         """Whether the slice read back is ours as we would write it (node, driver, owner)."""
