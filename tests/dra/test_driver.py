@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.dra import kubelet
 from tests.dra.conftest import DRIVER, NODE, claim, result
-from webhook.core import cdi, draslice, modes, resources
+from webhook.core import cdi, draslice, modes, mps, resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import app
 from webhook.dra.settings import DraSettings
@@ -27,17 +28,17 @@ def start(apiserver: ApiServer, short_root: Path) -> Iterator[Start]:
     running: list[app.Driver] = []
 
     def make(**overrides: object) -> app.Driver:
-        settings = DraSettings(
-            node_name=NODE,
-            fake_gpus="0:16,1:16",
-            api_host=apiserver.url,
-            registry_dir=short_root / "registry",
-            plugins_dir=short_root / "plugins",
-            cdi_dir=short_root / "cdi",
-            health_file=short_root / "unhealthy",
-            api_timeout_s=5,
-            **overrides,  # type: ignore[arg-type]
-        )
+        values: dict[str, Any] = {
+            "node_name": NODE,
+            "fake_gpus": "0:16,1:16",
+            "api_host": apiserver.url,
+            "registry_dir": short_root / "registry",
+            "plugins_dir": short_root / "plugins",
+            "cdi_dir": short_root / "cdi",
+            "health_file": short_root / "unhealthy",
+            "api_timeout_s": 5,
+        }
+        settings = DraSettings(**{**values, **overrides})
         driver = app.Driver(settings).start()
         running.append(driver)
         return driver
@@ -111,3 +112,21 @@ def test_an_unreadable_checkpoint_stops_the_start(start, short_root):
     path.write_text("{")
     with pytest.raises(app.StartError, match="is unreadable"):
         start()
+
+
+def test_on_a_dra_mps_node_the_spec_carries_the_mps_limit_and_folders(apiserver, start, short_root):
+    apiserver.edit("nodes", NODE, {"metadata": {"labels": {modes.MODE_LABEL: "dra-mps"}}})
+    driver = start(fake_gpus="0:16:Tesla V100-SXM2-16GB:7.0", mps_pipe_dir="/run/mps")
+    apiserver.wait_for(lambda: _devices(apiserver) == ["gpu-0"], what="the slice")
+    apiserver.put(claim("u1", "c1", result("gpu-0", "6Gi")))
+    assert kubelet.prepare(driver.settings.dra_socket, [("u1", "ns", "c1")]).claims["u1"].error == ""
+    spec = json.loads((short_root / "cdi" / cdi.file_name(cdi.kind(DRIVER), "u1")).read_text())
+    edits = spec["devices"][0]["containerEdits"]
+    assert f"{mps.ENV_MEM_LIMIT}=0=6144MB" in edits["env"]
+    assert "/run/mps" in [m["hostPath"] for m in edits["mounts"]]
+
+
+def test_a_dra_mps_node_of_gpus_older_than_volta_publishes_no_devices(apiserver, start):
+    apiserver.edit("nodes", NODE, {"metadata": {"labels": {modes.MODE_LABEL: "dra-mps"}}})
+    start(fake_gpus="0:16:Tesla P100:6.0")
+    apiserver.wait_for(lambda: _devices(apiserver) == [], what="an empty slice")
