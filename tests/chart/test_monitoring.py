@@ -50,7 +50,8 @@ def exported() -> dict[str, set[str]]:
         (usage.GpuUsage(0, "GPU-a", 16 << 30, 4 << 30, 5 << 30, 0.5, True, {usage.HOST: 1}, "V100"),),
         (usage.ContainerUsage("ml", "train", "main", "u1", 0, 4 << 30, 5 << 30, 0.4, 1, True),),
     )
-    registry = metrics.Metrics(("aliyun.com/gpu-mem",), lambda: report)
+    registry = metrics.Metrics(("aliyun.com/gpu-mem",))
+    registry.reported(report)
     found: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(registry.render().decode()):
         for sample in family.samples:

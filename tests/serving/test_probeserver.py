@@ -37,15 +37,18 @@ def test_healthz_is_503_until_ready_and_metrics_and_unknown_paths_answer():
         httpd.server_close()
 
 
-def test_a_part_adds_get_routes_of_its_own_and_the_query_string_is_ignored():
+def test_a_part_adds_get_routes_of_its_own_or_answers_one_itself_and_the_query_string_is_ignored():
     registry = prometheus_client.CollectorRegistry()
     port = free_port()
-    httpd = probeserver.serve(
-        port, lambda: True, registry, {"/usage": lambda: (503, "application/json", b"{}")}
-    )
+    routes = {
+        "/usage": lambda: (503, "application/json", b"{}"),
+        "/metrics": lambda: (200, "text/plain", b"own_metric 1\n"),
+    }
+    httpd = probeserver.serve(port, lambda: True, registry, routes)
     try:
         assert _get(port, "/usage?node=a") == (503, b"{}")
-        assert _get(port, "/metrics?x=1")[0] == 200
+        assert _get(port, "/metrics?x=1") == (200, b"own_metric 1\n")
+        assert _get(port, "/healthz") == (200, b"ok\n")
         assert _get(port, "/usage/more")[0] == 404
     finally:
         httpd.shutdown()

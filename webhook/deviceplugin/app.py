@@ -70,10 +70,7 @@ class Plugin:
                 "refuses messages over 4 MB): use --memory-unit GiB or a larger --mib-per-device"
             )
         self.usage: usagewiring.Usage | None = None  # built below, once the API client exists
-        self.metrics = metrics.Metrics(
-            (settings.resource_name, settings.whole_card_resource),
-            (lambda: self.usage.poller.latest if self.usage else None) if settings.usage_interval_s else None,
-        )
+        self.metrics = metrics.Metrics((settings.resource_name, settings.whole_card_resource))
         self.stop_event = threading.Event()
         try:
             self.api = client.connect(
@@ -213,7 +210,10 @@ class Plugin:
             # First: a busy port fails before anything is registered with the kubelet or left behind in
             # its folder. /healthz answers 503 until the plugin is registered with its pods listed.
             if self.settings.health_port:
-                routes = {"/usage": self.usage.route if self.usage else usagewiring.off_route}
+                routes = {
+                    "/usage": self.usage.route if self.usage else usagewiring.off_route,
+                    "/metrics": self.metrics.scrape,
+                }
                 self.http = probeserver.serve(
                     self.settings.health_port, self.ready, self.metrics.registry, routes
                 )

@@ -26,6 +26,9 @@ class Observer:
     def polled(self, seconds: float, cpu_seconds: float, ok: bool) -> None:
         pass
 
+    def reported(self, report: usage.NodeUsage) -> None:
+        """A new report, before it is served on /usage (the metrics render its series here)."""
+
 
 class UsagePoller:
     def __init__(
@@ -79,6 +82,7 @@ class UsagePoller:
         report, findings = self.tracker.observe(self.clock(), report)
         if self.actions is not None:
             self.actions.handle(findings, report)
+        self.observer.reported(report)
         self.latest = report
         self.polls += 1
         return report

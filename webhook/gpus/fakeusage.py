@@ -70,7 +70,10 @@ def read_processes(path: Path, indexes: Sequence[int]) -> dict[int, list[usage.P
         data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:
         raise InventoryError(f"fake processes file {path}: not YAML/JSON ({err})") from None
-    items = ((data or {}).get("processes") or []) if isinstance(data, dict) or data is None else None
+    data = {} if data is None else data  # an empty file: no processes
+    items = data.get("processes") if isinstance(data, dict) else None
+    if isinstance(data, dict) and items is None:
+        items = []  # "processes:" with nothing under it
     if not isinstance(items, list):
         raise InventoryError(
             f"fake processes file {path}: expected 'processes: [{{gpu: 0, pid: 1, memory: 1GiB}}]'"

@@ -37,6 +37,10 @@ class NvmlUsage:
     def sample(self) -> tuple[usage.GpuSample, ...]:
         return tuple(self._gpu(index, handle) for index, handle in self.handles.items())
 
+    def utilization_call(self, index: int) -> str | None:
+        """The NVML call that gives GPU `index`'s per-process utilisation; None when not offered."""
+        return self._util_api.get(index)
+
     def _gpu(self, index: int, handle: Any) -> usage.GpuSample:
         nvml = self.nvml
         memory = self._call(index, "memory", lambda: nvml.nvmlDeviceGetMemoryInfo(handle))

@@ -1,6 +1,7 @@
 """The node parts' probe port: `GET /healthz` (200 once `ready()` says so, 503 before) and `GET /metrics`,
 on a small threaded HTTP server beside their gRPC (no ASGI stack in a DaemonSet pod); a part may add GET
-routes of its own (the device plugin's `/usage`).
+routes of its own or answer one of these itself (the device plugin's `/usage`, and its `/metrics` with
+usage series rendered once per poll).
 
     httpd = serve(9400, plugin.ready, registry)  ...  httpd.shutdown(); httpd.server_close()
 """
@@ -27,20 +28,21 @@ def serve(
     routes: Mapping[str, Callable[[], Reply]] | None = None,
 ) -> ThreadingHTTPServer:
     """Listen on `port` of every address (IPv6 and IPv4) and serve from a thread; ServeError when the
-    port cannot be had. `routes` adds GET paths (the query string is ignored)."""
+    port cannot be had. `routes` adds GET paths, or replaces /healthz or /metrics (the query string is
+    ignored)."""
     extra = dict(routes or {})
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.partition("?")[0]
             kind = "text/plain"
-            if path == "/healthz":
+            if path in extra:
+                code, kind, body = extra[path]()
+            elif path == "/healthz":
                 ok = ready()
                 body, code = (b"ok\n" if ok else b"not registered\n"), (200 if ok else 503)
             elif path == "/metrics":
                 body, code = prometheus_client.generate_latest(registry), 200
-            elif path in extra:
-                code, kind, body = extra[path]()
             else:
                 body, code = b"not found\n", 404
             self.send_response(code)
