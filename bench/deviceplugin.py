@@ -25,8 +25,9 @@ from tests.standins.loopback import free_port
 from webhook.core import annotations as ann
 from webhook.core import devices, podviews, resources
 from webhook.devcluster.standin.apiserver import pod_manifest
-from webhook.deviceplugin import allocator, inventory, podsource, registration, server, state
+from webhook.deviceplugin import allocator, podsource, registration, server, state
 from webhook.deviceplugin.v1beta1 import api_pb2
+from webhook.gpus import inventory
 from webhook.kube import client, pods, rest, watch
 
 NODE = "node-1"
