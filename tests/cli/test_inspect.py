@@ -374,7 +374,7 @@ def test_mode_and_model_columns_follow_the_node_labels_and_gpus(
     assert typo["mode"] == "invalid"
     assert typo["problems"] == [
         "node label ack.node.gpu.schedule='shared' is not a known mode; use one of default, topology, "
-        "share, cgpu, mps"
+        "share, cgpu, mps, dra, dra-mps"
     ]
     _, out, _ = run(capsys, "--server", apiserver.url, "-d", "whole")
     assert "MODE:       default" in out.splitlines()
