@@ -158,18 +158,21 @@ def cpu_seconds(processes: list[Process]) -> dict[str, float]:
 
 
 def api_requests(bed: Bed) -> Counter[tuple[str, str]]:
+    """Requests kube-apiserver served (verb, resource[/subresource]) and those it sent etcd
+    ("etcd " + operation, resource type), counted so far."""
     counts: Counter[tuple[str, str]] = Counter()
-    pattern = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
+    pattern = re.compile(r"^(apiserver_request_total|etcd_requests_total)\{([^}]*)\} (\S+)$")
     for line in bed.cp.get_raw("/metrics").decode().splitlines():
         m = pattern.match(line)
-        if m:
-            labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(1)))
-            key = (
-                labels.get("verb", ""),
-                labels.get("resource", "")
-                + ("/" + labels["subresource"] if labels.get("subresource") else ""),
-            )
-            counts[key] += int(float(m.group(2)))
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        if m.group(1) == "etcd_requests_total":
+            key = ("etcd " + labels.get("operation", ""), labels.get("type", ""))
+        else:
+            sub = labels.get("subresource", "")
+            key = (labels.get("verb", ""), labels.get("resource", "") + (f"/{sub}" if sub else ""))
+        counts[key] += int(float(m.group(3)))
     return counts
 
 
@@ -318,8 +321,14 @@ def speed(
     )
     if label.startswith("gpu-mem"):
         print("    the extender's own time per call: " + extender_times(bed))
-    busiest = sorted(requests.items(), key=lambda kv: -kv[1])[:8]
+    busiest = sorted(
+        ((k, n) for k, n in requests.items() if not k[0].startswith("etcd ")), key=lambda kv: -kv[1]
+    )[:8]
+    etcd = sorted(((k, n) for k, n in requests.items() if k[0].startswith("etcd ")), key=lambda kv: -kv[1])[
+        :8
+    ]
     print("    API requests per pod: " + ", ".join(f"{verb} {res} {n:.2f}" for (verb, res), n in busiest))
+    print("    etcd requests per pod: " + ", ".join(f"{op[5:]} {res} {n:.2f}" for (op, res), n in etcd))
     return {"rate": rate, "cpu": cpu, "net": net}
 
 
