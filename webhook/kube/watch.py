@@ -231,11 +231,14 @@ class Watcher:
         try:
             event = orjson.loads(line)  # ~3x faster than json on pod events, the extender's steady load
             kind, obj = event["type"], event["object"]
-        except (ValueError, KeyError, TypeError) as exc:
+            # Read here too, so an event of another shape is reported, never raised out of `run`: a
+            # watch thread that died would leave the cache frozen while it still answers as synced.
+            code = int(obj.get("code") or 500) if kind == "ERROR" and isinstance(obj, dict) else 500
+            rv = str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise errors.ApiError(200, "BadWatchEvent", f"undecodable watch event: {line[:200]!r}") from exc
         if kind == "ERROR":
-            raise errors.from_status(int(obj.get("code") or 500) if isinstance(obj, dict) else 500, obj)
-        rv = str(((obj or {}).get("metadata") or {}).get("resourceVersion") or "")
+            raise errors.from_status(code, obj)
         if kind == "BOOKMARK":
             self.stats.bookmarks += 1
         elif kind in (ADDED, MODIFIED, DELETED):
