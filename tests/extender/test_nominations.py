@@ -4,11 +4,13 @@ same memory; the nomination never counts twice and never outlives the pod's bind
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import allocator
+from webhook.core import allocator, resources
 from webhook.core import annotations as ann
+from webhook.extender import cache as cache_mod
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import DELETED, MODIFIED, NOMINATION_TTL_NS, Cache
@@ -123,3 +125,52 @@ def test_no_nomination_without_best_fit_or_while_a_bind_is_in_flight():
     cache.assume("default/busy", "uid-busy", "n1", ann.Allocation({0: {0: 4}}), 1)
     assert not cache.nominate("default/busy", "uid-busy", "n2", ann.Allocation({0: {0: 4}}), 2)
     assert cache.nominated() == {}
+
+
+def test_a_filter_that_passes_no_node_still_lets_stale_nominations_expire():
+    # Pods filter nominated and then never bound nor asked again (kube-scheduler's own filters reject them
+    # now, or a follower, which never binds): without expiry in filter, a later pod that fits only in
+    # their memory fails filter everywhere, which nominates nothing, so nothing ever expires them.
+    cache, _, _ = cluster()
+    stale = time.time_ns() - NOMINATION_TTL_NS - 10**9
+    assert cache.nominate("default/gone-1", "uid-gone-1", "n1", ann.Allocation({0: {0: 8}}), stale)
+    assert cache.nominate("default/gone-2", "uid-gone-2", "n2", ann.Allocation({0: {0: 16}}), stale)
+    assert filtered(cache, pod("b", 8)) == ["n1"]
+    assert cache.nominated() == {"default/b": "n1"}
+    assert used(cache, "n2") == [0]
+
+
+def test_a_whole_card_pod_is_not_kept_off_a_gpu_by_a_stale_nomination():
+    cache, _, _ = cluster()
+    stale = time.time_ns() - NOMINATION_TTL_NS - 10**9
+    assert cache.nominate("default/gone", "uid-gone", "n1", ann.Allocation({0: {0: 1}}), stale)
+    card = pod("card")
+    card["spec"]["containers"][0]["resources"] = {"limits": {resources.NVIDIA_GPU: "1"}}
+    assert filtered(cache, card) == ["n1", "n2"]
+    assert cache.nominated() == {}
+
+
+def test_a_pod_the_watch_showed_deleted_is_never_nominated():
+    # kube-scheduler's filter of a pod can arrive after the watch showed the pod deleted (its scheduling
+    # cycle was under way); counting it then would hold its memory for the whole TTL, with no event left
+    # to drop it. The same for a pod a re-list no longer shows.
+    a, b = pod("a", 8), pod("b", 8)
+    cache, _, _ = cluster(a, b)
+    cache.pod_event(DELETED, a)
+    assert filtered(cache, a) == ["n1"]
+    cache.pods_resync([])
+    assert filtered(cache, b) == ["n1"]  # a's memory is not held
+    assert cache.nominated() == {} and used(cache, "n1") == [0]
+    cache.pod_event(MODIFIED, pod("a", 8, uid="uid-a-2"))  # a pod of the same name, created anew
+    assert filtered(cache, pod("a", 8, uid="uid-a-2")) == ["n1"]
+    assert cache.nominated() == {"default/a": "n1"}
+
+
+def test_the_uids_of_deleted_pods_are_kept_only_up_to_a_bound(monkeypatch):
+    monkeypatch.setattr(cache_mod, "GONE_REMEMBERED", 2)
+    cache, _, _ = cluster()
+    for name in ("x", "y", "z"):
+        cache.pod_event(DELETED, pod(name, 8))
+    assert filtered(cache, pod("x", 8)) == ["n1"]  # the oldest is forgotten: nominated as unseen pods are
+    assert filtered(cache, pod("z", 8)) == ["n2"]  # x's nomination holds n1; z is remembered: not nominated
+    assert cache.nominated() == {"default/x": "n1"}

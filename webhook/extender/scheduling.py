@@ -25,6 +25,9 @@ PASS, FAIL, UNRESOLVABLE = "pass", "fail", "unresolvable"
 def filter_nodes(
     cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy, best_fit: bool = True
 ) -> wire.FilterResult:
+    # Whatever this pod asks: a stale nomination would otherwise hold its memory against it, and against
+    # every pod after it, until some other filter nominates or some bind arrives.
+    cache.expire_nominations(time.time_ns())
     try:
         # In the cache's unit, so "write 3; the unit is GiB" names the unit the nodes are counted in.
         asked = demand.pod_demand(args.pod, cache.names, cache.unit)
