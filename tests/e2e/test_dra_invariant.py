@@ -158,6 +158,11 @@ def test_no_gpu_ever_holds_more_than_its_memory_under_a_storm(bed: Bed, drivers:
         assert len(allocated) > len(CAPACITY) and shared, (
             "the storm should have packed several shares on a GPU"
         )
+        print(  # shown with -s: what this run's storm did
+            f"storm: {storm.created} claims created, {storm.deleted} deleted, {storm.restarts} driver "
+            f"restarts, {storm.checks} invariant reads; settled: {len(allocated)} of {len(claims)} claims "
+            f"allocated, {len(shared)} GPUs shared"
+        )
         rounded = [c for c in allocated if _asked(c) == "2500Mi"]
         assert all(dra.results(c)[0]["consumedCapacity"]["memory"] == "3Gi" for c in rounded)
         # Restarted drivers found their slices current: no rewrite, no new pool generation.
