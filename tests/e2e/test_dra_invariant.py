@@ -164,7 +164,7 @@ def test_no_gpu_ever_holds_more_than_its_memory_under_a_storm(bed: Bed, drivers:
             f"allocated, {len(shared)} GPUs shared"
         )
         rounded = [c for c in allocated if _asked(c) == "2500Mi"]
-        assert all(dra.results(c)[0]["consumedCapacity"]["memory"] == "3Gi" for c in rounded)
+        assert rounded and all(dra.results(c)[0]["consumedCapacity"]["memory"] == "3Gi" for c in rounded)
         # Restarted drivers found their slices current: no rewrite, no new pool generation.
         generations = {s["spec"]["pool"]["generation"] for s in _slices(bed)}
         assert generations == {1}
