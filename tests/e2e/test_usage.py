@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from webhook.cli import inspect
 from webhook.core import annotations as ann
 from webhook.core import cgroups, overshare, resources
 from webhook.devcluster import kubelet as kubeletmod
+from webhook.devcluster import process
 from webhook.devcluster.controlplane import free_port
 from webhook.gpus import inventory
 from webhook.kube import client, errors, pods, rest
@@ -67,9 +69,12 @@ class Agent:
 
 @pytest.fixture(scope="module")
 def kubelet(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeletmod.Kubelet]:
-    reason = kubeletmod.available(bed.cp.bins)
+    reason = kubeletmod.private_available(bed.cp.bins)
     if reason is not None:
         pytest.skip(reason)  # a failure under CI (tests/e2e/conftest.py)
+    # A device-plugin folder of its own, as in test_real_kubelet.py: another kubelet on this machine keeps
+    # its own, and neither replaces the other's kubelet.sock.
+    plugin_dir = process.socket_dir(NODE)
     real = kubeletmod.Kubelet(
         bed.cp.bins,
         bed.cp,
@@ -77,11 +82,13 @@ def kubelet(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kube
         node=NODE,
         labels={"e2e-group": GROUP, resources.ISOLATION_KEY: "false"},
         taints=(f"e2e-group={GROUP}:NoSchedule",),
+        plugin_dir=plugin_dir,
     ).start()
     try:
         yield real
     finally:
         real.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +96,9 @@ def agent(bed: Bed, kubelet: kubeletmod.Kubelet, tmp_path_factory: pytest.TempPa
     """Our device plugin beside the kubelet, two fake GPUs of 16 GiB, usage every second, 2 s of grace."""
     found = Agent(tmp_path_factory.mktemp("usage"), free_port())
     found.processes()
-    process = bed.start_device_plugin(
+    plugin = bed.start_device_plugin(
         NODE,
-        kubeletmod.DEVICE_PLUGIN_DIR,
+        kubelet.device_plugin_dir,
         "0:16,1:16",
         extra=(
             "--pod-resources-socket",
@@ -112,7 +119,7 @@ def agent(bed: Bed, kubelet: kubeletmod.Kubelet, tmp_path_factory: pytest.TempPa
         bed.wait("gpu-mem from the kubelet", lambda: _allocatable(bed) == "32", timeout=60)
         yield found
     finally:
-        process.stop()
+        plugin.stop()
 
 
 def _allocatable(bed: Bed) -> Any:
@@ -203,7 +210,7 @@ def test_inspect_reads_each_plugin_through_the_api_servers_pod_proxy(
     other.processes()
     bed.start_device_plugin(
         node,
-        other.root / "dp",
+        process.socket_dir(node),
         "0:16,1:16",
         extra=(
             "--pod-resources-socket=",
