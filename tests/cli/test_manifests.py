@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook.cli import manifests
+from webhook.cli import check, manifests, report
 
 DATA = Path(__file__).parent.parent / "data" / "check"
 
@@ -307,3 +307,41 @@ def test_a_control_character_is_placed_at_its_line_after_non_ascii_text() -> Non
     items = list(manifests.read_text("x.yaml", text))
     assert [e.line for e in errors(items)] == [7]
     assert "c" in names(items)
+
+
+@pytest.mark.parametrize(
+    ("value", "column"),
+    [("NaN", 23), ("Infinity", 23), ("-Infinity", 23), ("[1, NaN]", 27)],
+    ids=["nan", "infinity", "minus-infinity", "in-a-list"],
+)
+def test_nan_and_infinity_in_json_are_invalid_json_at_their_line_and_column(value: str, column: int) -> None:
+    # Python's json reads them; kubectl, the API server and the webhook's decoder refuse them.
+    text = '{"kind": "Pod",\n "spec": {"replicas": ' + value + "}}\n"
+    [err] = list(manifests.read_text("pod.json", text))
+    assert isinstance(err, manifests.ReadError)
+    name = value.strip("[1, ]")
+    assert err.problem == (
+        f"invalid JSON: {name} is not a JSON value (JSON has no NaN or Infinity); kubectl refuses it "
+        f"(column {column})"
+    )
+    assert err.line == 2
+
+
+def test_nan_inside_a_string_is_text_and_json_that_only_looks_like_yaml_is_still_refused() -> None:
+    text = '{"kind": "Pod", "metadata": {"name": "NaN", "labels": {"a": "Infinity \\" NaN"}}}'
+    assert names(list(manifests.read_text("pod.json", text))) == ["NaN"]
+    # The same text with a NaN value in a .yaml file: kubectl reads text starting with "{" as JSON.
+    [err] = list(manifests.read_text("pod.yaml", '{"kind": "Pod", "x": NaN}'))
+    assert isinstance(err, manifests.ReadError)
+    assert err.problem.startswith("invalid JSON: NaN is not a JSON value")
+
+
+def test_check_exits_2_for_a_json_file_holding_infinity(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "pod.json"
+    path.write_text(
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},\n "spec": {"x": Infinity}}'
+    )
+    assert check.main([str(path)]) == report.UNREADABLE
+    assert f"{path}:2: invalid JSON: Infinity is not a JSON value" in capsys.readouterr().out

@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NoReturn
 
 import yaml
 
@@ -222,8 +222,8 @@ def read_text(source: str, text: str) -> Iterator[Item]:
         if not isinstance(parsed, ReadError):
             yield from parsed
             return
-        if source.endswith(".json"):
-            yield parsed
+        if source.endswith(".json") or _NO_CONSTANTS in parsed.problem:
+            yield parsed  # JSON up to a NaN or Infinity is JSON: kubectl reads it as JSON and refuses it
             return
         # Not JSON after all (YAML flow style): YAML parses it or says where it breaks.
     origins = _helm_origins(text) if "# Source: " in text else []
@@ -284,8 +284,35 @@ def _read_yaml(
     return None, None
 
 
+class _Constant(ValueError):
+    """NaN, Infinity or -Infinity in JSON text: Python reads them, JSON (and kubectl, and the API
+    server) does not."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise _Constant(name)
+
+
+_NO_CONSTANTS = "is not a JSON value (JSON has no NaN or Infinity); kubectl refuses it"
+# A JSON string (skipped whole) or one of the constants Python reads: the first constant outside strings.
+_CONSTANT_OR_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+
+
+def _constant_error(source: str, text: str, start: int, name: str) -> ReadError:
+    """Where `name` first stands as a value from `start` on (the text up to it is valid JSON)."""
+    at = next((m.start(1) for m in _CONSTANT_OR_STRING.finditer(text, start) if m.group(1)), start)
+    line = text.count("\n", 0, at) + 1
+    column = at - text.rfind("\n", 0, at)
+    return ReadError(source, line, f"invalid JSON: {name} {_NO_CONSTANTS} (column {column})")
+
+
 def _read_json(source: str, text: str) -> list[Item] | ReadError:
-    decoder = json.JSONDecoder(parse_int=jsonnumbers.read_int)
+    # As the webhook decodes reviews (admission/codec.py): wide integers read, NaN and Infinity refused.
+    decoder = json.JSONDecoder(parse_int=jsonnumbers.read_int, parse_constant=_refuse_constant)
     items: list[Item] = []
     pos = len(text) - len(text.lstrip())
     line, counted = 1, 0
@@ -301,6 +328,8 @@ def _read_json(source: str, text: str) -> list[Item] | ReadError:
                 pos += 1
     except json.JSONDecodeError as err:
         return ReadError(source, err.lineno, f"invalid JSON: {err.msg} (column {err.colno})")
+    except _Constant as err:
+        return _constant_error(source, text, pos, err.name)
     except RecursionError:
         return [ReadError(source, None, "invalid JSON: nested too deeply")]
     return items
