@@ -264,3 +264,11 @@ def test_best_fit_filter_value_reaches_the_extender_and_every_node_reaches_its_f
     assert serve_extender.build_parser().parse_args(args[1:]).best_fit_filter is expected
     second = yaml.safe_load(render.find(objects, "ConfigMap", "-scheduler")["data"]["config.yaml"])
     assert second["percentageOfNodesToScore"] == 100
+    # Filter's nominations live in one replica's memory: kube-scheduler's connections all go to one.
+    assert render.find(objects, "Service", "-extender")["spec"]["sessionAffinity"] == "ClientIP"
+
+
+def test_best_fit_filter_set_to_null_keeps_the_default() -> None:
+    objects = render.render(None, "--set", "extender.bestFitFilter=null")
+    args = _container(objects, "Deployment", "-extender")["args"]
+    assert "--best-fit-filter" in args

@@ -10,10 +10,11 @@ from typing import Any
 from tests.extender.factory import FakeApi, node, pod
 from webhook.core import allocator, resources
 from webhook.core import annotations as ann
-from webhook.extender import cache as cache_mod
+from webhook.extender import nominations as nominations_mod
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
-from webhook.extender.cache import DELETED, MODIFIED, NOMINATION_TTL_NS, Cache
+from webhook.extender.cache import DELETED, MODIFIED, Cache
+from webhook.extender.nominations import NOMINATION_TTL_NS
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
 
@@ -167,7 +168,7 @@ def test_a_pod_the_watch_showed_deleted_is_never_nominated():
 
 
 def test_the_uids_of_deleted_pods_are_kept_only_up_to_a_bound(monkeypatch):
-    monkeypatch.setattr(cache_mod, "GONE_REMEMBERED", 2)
+    monkeypatch.setattr(nominations_mod, "GONE_REMEMBERED", 2)
     cache, _, _ = cluster()
     for name in ("x", "y", "z"):
         cache.pod_event(DELETED, pod(name, 8))

@@ -17,16 +17,11 @@ from typing import Any
 
 from webhook.core import accounting, allocator, modes, resources
 from webhook.core import annotations as ann
+from webhook.extender.nominations import Nomination, Nominations
 from webhook.extender.records import PodRecord, record_of
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
-# Filter's nomination stops counting after 30 s: kube-scheduler sends the bind within milliseconds, or
-# drops the pod back into its queue (and filters it again, which drops the nomination first).
-NOMINATION_TTL_NS = 30 * 10**9
-# UIDs of the pods the watch last showed gone, which filter never nominates (a late filter of a deleted pod
-# would otherwise hold its memory for the whole TTL): more than are deleted in a TTL on large clusters.
-GONE_REMEMBERED = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +36,6 @@ class Assumption:
     bound: bool = False
     created: str = ""  # the assumed pod's creationTimestamp ("" when unknown)
     older: frozenset[str] = frozenset()  # UIDs of older pods of the same name the cache had seen
-
-
-@dataclass(frozen=True, slots=True)
-class Nomination:
-    """Memory counted for a pod on the one node filter left it, before its bind arrives."""
-
-    uid: str
-    node: str
-    since_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +84,7 @@ class Cache:
         self._pods: dict[str, PodRecord] = {}
         self._assumed: dict[str, Assumption] = {}
         # A ledger entry of a pod key belongs to one of: a nomination, an assumption, a bound record.
-        self._nominated: dict[str, Nomination] = {}
-        self._gone: dict[str, None] = {}  # GONE_REMEMBERED UIDs, oldest first
+        self._nominations = Nominations()
         self._tokens = itertools.count(1)
         # Free memory of each known node's largest healthy GPU (-1: none healthy), refreshed on read for
         # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
@@ -193,7 +178,7 @@ class Cache:
         meta = pod.get("metadata") or {}
         uid = str(meta.get("uid") or "")
         with self._lock:
-            nominated = self._nominated.get(key)
+            nominated = self._nominations.get(key)
             if nominated is not None and (
                 nominated.uid != uid
                 or kind == DELETED
@@ -217,7 +202,7 @@ class Cache:
                 # The watch now shows where the pod really is (or that it is gone): it replaces the guess.
                 self._drop_assumption(key)
             if kind == DELETED:
-                self._bury(uid)
+                self._nominations.bury(uid)
                 self._set_record(key, None)
                 return
             self._set_record(key, record_of(pod, self.names, self._pods.get(key), self.unit))
@@ -229,7 +214,7 @@ class Cache:
                 seen.add(accounting.pod_key(pod))
                 self.pod_event(MODIFIED, pod)
             for gone in set(self._pods) - seen:
-                self._bury(self._pods[gone].uid)
+                self._nominations.bury(self._pods[gone].uid)
                 self._set_record(gone, None)
             self.largest_free()
         self.pods_synced.set()
@@ -339,26 +324,19 @@ class Cache:
     # --- nominations (filter) ----------------------------------------------------------------------
 
     def nominate(self, key: str, uid: str, node: str, allocation: ann.Allocation, now_ns: int) -> bool:
-        """Count a pod on the one node filter left it, until its bind arrives, the watch shows it bound or
-        gone, or NOMINATION_TTL_NS passes. kube-scheduler binds asynchronously: without this, the next
-        pod's filter, often answered before that bind, would see the memory free and pick the same GPU.
-        Never for a pod being bound, bound or shown gone (False then)."""
+        """Count a pod on the one node filter left it (module nominations), until its bind arrives, the
+        watch shows it bound or gone, or NOMINATION_TTL_NS passes. Never for a pod being bound, bound or
+        shown gone (False then)."""
         with self._lock:
             self.expire_nominations(now_ns)
             record = self._pods.get(key)
-            if key in self._assumed or uid in self._gone or (record is not None and record.node):
+            if key in self._assumed or self._nominations.gone(uid) or (record is not None and record.node):
                 return False
             self._drop_nomination(key)
-            self._nominated[key] = Nomination(uid, node, now_ns)
+            self._nominations.add(key, Nomination(uid, node, now_ns))
             share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
             self._ledger(node).place(share)
             return True
-
-    def _bury(self, uid: str) -> None:
-        if uid:
-            self._gone[uid] = None
-            if len(self._gone) > GONE_REMEMBERED:
-                del self._gone[next(iter(self._gone))]
 
     def drop_nomination(self, key: str) -> None:
         """Stop counting the pod's nomination: its bind is choosing now, or filter is asked again."""
@@ -367,10 +345,10 @@ class Cache:
 
     def nominated(self) -> dict[str, str]:
         with self._lock:
-            return {k: n.node for k, n in self._nominated.items()}
+            return self._nominations.nodes()
 
     def _drop_nomination(self, key: str) -> None:
-        nomination = self._nominated.pop(key, None)
+        nomination = self._nominations.pop(key)
         if nomination is not None:
             self._ledger(nomination.node).release(key)
 
@@ -378,12 +356,7 @@ class Cache:
         """Drop nominations older than NOMINATION_TTL_NS. Filter calls it first: a filter that passes no
         node nominates nothing and a follower never binds, so neither would expire a stale one."""
         with self._lock:
-            old = []
-            for key, nomination in self._nominated.items():  # in the order they were made
-                if now_ns - nomination.since_ns <= NOMINATION_TTL_NS:
-                    break
-                old.append(key)
-            for key in old:
+            for key in self._nominations.expired(now_ns):
                 self._drop_nomination(key)
 
     def assumed(self) -> dict[str, str]:

@@ -7,7 +7,8 @@
 - --whole-card-resource={{ .Values.gpuResources.wholeCard }}
 {{- /* Filter keeps only the best-fitting nodes, so kube-scheduler's own scores (which know nothing of
 GPUs) cannot undo the GPU-level best fit; docs/extender.md, "How placement survives kube-scheduler". */}}
-- --{{ if not .Values.extender.bestFitFilter }}no-{{ end }}best-fit-filter
+{{- /* hasKey: `--set extender.bestFitFilter=null` removes the key, and then the default (on) applies. */}}
+- --{{ if and (hasKey .Values.extender "bestFitFilter") (not .Values.extender.bestFitFilter) }}no-{{ end }}best-fit-filter
 {{- $dir := include "gpushare.extender.tlsDir" . }}
 {{- /* HTTPS, and only callers with the Secret's client certificate (kube-scheduler's tlsConfig) get
 filter, prioritize, bind and inspect. */}}
