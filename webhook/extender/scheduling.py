@@ -63,18 +63,6 @@ def filter_nodes(
             if best_fit and len(passed) > 1:
                 passed = _best_quick(cache, passed, need, notes, default_policy)
             rest = [name for name in names if get(name, -1) < need]
-            if not rest and not unresolvable:
-                if best_fit:
-                    _nominate(
-                        cache,
-                        pod=args.pod,
-                        key=key,
-                        passed=passed,
-                        asked=asked,
-                        notes=notes,
-                        default_policy=default_policy,
-                    )
-                return wire.filter_result(args, passed)
         else:
             rest = list(names)
         messages: dict[int, str] = {}  # one string per distinct largest-free value, not one per node
