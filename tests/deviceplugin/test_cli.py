@@ -13,7 +13,7 @@ import pytest
 
 from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
-from tests.standins.loopback import free_port
+from tests.standins.loopback import free_port, http_status
 from webhook.cli import serve_device_plugin
 from webhook.core import resources
 from webhook.deviceplugin import app
@@ -164,14 +164,8 @@ def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apis
     try:
         kubelet.wait(lambda k: len(k.devices) == 6, timeout=20)
 
-        def healthz() -> int:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
-                    return int(reply.status)
-            except OSError:
-                return 0
-
-        apiserver.wait_for(lambda: healthz() == 200, timeout=10, what="/healthz")
+        healthz = f"http://127.0.0.1:{port}/healthz"
+        apiserver.wait_for(lambda: http_status(healthz) == 200, timeout=10, what="/healthz")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
             assert b"gpushare_device_plugin_list_bytes" in reply.read()
         # The kubelet probes the pod's IP, IPv6 in IPv6-only clusters.

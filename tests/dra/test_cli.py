@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 
 from tests.dra import kubelet
-from tests.standins.loopback import free_port
+from tests.standins.loopback import free_port, http_status
 from webhook.cli import serve_dra_driver
 from webhook.core import modes
 
@@ -99,14 +99,8 @@ def test_the_command_publishes_registers_serves_probes_and_stops_on_sigterm(apis
         apiserver.wait_for(registration.exists, timeout=20, what="the registration socket")
         kubelet.register(registration)
 
-        def healthz() -> int:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as reply:
-                    return int(reply.status)
-            except OSError:
-                return 0
-
-        apiserver.wait_for(lambda: healthz() == 200, timeout=10, what="/healthz")
+        healthz = f"http://127.0.0.1:{port}/healthz"
+        apiserver.wait_for(lambda: http_status(healthz) == 200, timeout=10, what="/healthz")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
             assert b'gpushare_dra_claims_total{call="prepare",result="ok"}' in reply.read()
         proc.send_signal(signal.SIGTERM)
