@@ -104,3 +104,12 @@ def test_watcher_reads_the_file_when_named_and_else_watches_nothing_for_fake_gpu
     fake = inventory.parse_fake_gpus("0:16")
     assert isinstance(health.watcher(tmp_path / "unhealthy", fake), health.FileHealth)
     assert isinstance(health.watcher(None, fake), health.StaticHealth)
+
+
+def test_start_runs_the_watcher_in_its_daemon_thread_until_stopped():
+    stop = threading.Event()
+    thread = health.start(health.StaticHealth(), stop, lambda unhealthy: None)
+    assert (thread.name, thread.daemon, thread.is_alive()) == ("gpu-health", True, True)
+    stop.set()
+    thread.join(5)
+    assert not thread.is_alive()

@@ -121,3 +121,9 @@ def test_discover_without_nvml_says_to_declare_fake_gpus(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml then raises ImportError
     with pytest.raises(inventory.InventoryError, match=r"NVML failed .*use --fake-gpus"):
         inventory.discover()
+
+
+def test_an_inventory_without_gpus_has_nothing_to_serve():
+    assert [g.index for g in inventory.present(inventory.parse_fake_gpus("0:16,1:8"))] == [0, 1]
+    with pytest.raises(inventory.InventoryError, match=r"^no GPUs found on this node$"):
+        inventory.present(inventory.FakeInventory([]))

@@ -225,3 +225,16 @@ def test_a_stream_that_ends_at_once_is_retried_with_backoff_not_in_a_loop(apiser
     pod_watcher.stop()
     assert pod_watcher.stats.lists < 20  # backoff 0.02 s doubling to 0.1 s: a hot loop would do hundreds
     assert pod_watcher.stats.expired >= 2
+
+
+def test_one_node_watches_that_node_alone(apiserver, mirror):
+    apiserver.add_node("n1")
+    apiserver.add_node("n2")
+    watcher = watch.one_node(apiserver.api, "n1", mirror)
+    assert watcher.name == "node n1"
+    watcher.start()
+    try:
+        assert watcher.wait_synced(5)
+        assert mirror.names() == ["n1"]
+    finally:
+        watcher.stop()

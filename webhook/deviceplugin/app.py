@@ -7,12 +7,10 @@ adds logging and waits for SIGTERM/SIGINT.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from http.server import ThreadingHTTPServer
-from types import FrameType
 
-from webhook.core import cardviews, resources
+from webhook.core import cardviews, devices, resources
 from webhook.deviceplugin import (
     allocator,
     metrics,
@@ -29,7 +27,7 @@ from webhook.deviceplugin import (
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
 from webhook.gpus import health, inventory
 from webhook.kube import client, errors, rest, watch
-from webhook.serving import logs, probeserver
+from webhook.serving import logs, probeserver, stopsignals
 from webhook.serving import server as http_server
 
 log = logging.getLogger(__name__)
@@ -46,6 +44,13 @@ def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
         raise StartError(str(err)) from None
 
 
+def _present(inv: inventory.GpuInventory) -> tuple[devices.Gpu, ...]:
+    try:
+        return inventory.present(inv)
+    except inventory.InventoryError as err:
+        raise StartError(str(err)) from None
+
+
 def health_watcher(settings: DevicePluginSettings, inv: inventory.GpuInventory) -> health.HealthWatcher:
     return health.watcher(settings.health_file, inv, settings.health_recovery_s)
 
@@ -56,9 +61,7 @@ class Plugin:
         self.settings = settings
         try:
             self.inventory = build_inventory(settings)
-            gpus = self.inventory.gpus()
-            if not gpus:
-                raise StartError("no GPUs found on this node")
+            gpus = _present(self.inventory)
         except StartError:
             _forget_gpus(settings)
             raise
@@ -146,13 +149,7 @@ class Plugin:
             field_selector=f"spec.nodeName={settings.node_name}",
             name=f"pods on {settings.node_name}",
         )
-        self.node_watch = watch.Watcher(
-            self.api,
-            rest.path("nodes"),
-            self._on_node_event,
-            field_selector=f"metadata.name={settings.node_name}",
-            name=f"node {settings.node_name}",
-        )
+        self.node_watch = watch.one_node(self.api, settings.node_name, self._on_node_event)
         self.publisher = node.NodePublisher(self.api, settings.node_name, self.state)
         if settings.usage_interval_s:
             self.usage = usagewiring.build(
@@ -229,12 +226,7 @@ class Plugin:
         self.pod_watch.start()
         self.node_watch.start()
         self.publisher.start()
-        threading.Thread(
-            target=self.health.run,
-            args=(self.stop_event, self.state.set_unhealthy),
-            name="gpu-health",
-            daemon=True,
-        ).start()
+        health.start(self.health, self.stop_event, self.state.set_unhealthy)
         # Serve only once the pods of this node are known, so the first Allocate finds them; the docs
         # promise exit 1 when the API cannot be reached, not a plugin that never matches a pod. The
         # node's labels first decide whether anything is advertised at all (its mode).
@@ -299,13 +291,7 @@ def run(settings: DevicePluginSettings) -> int:
         raise StartError(str(err)) from None
     except OSError as err:
         raise StartError(f"cannot serve: {err}") from None
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stopsignals.event()
     log.info("device plugin for %s running on node %s", settings.resource_name, settings.node_name)
     stop.wait()
     plugin.stop()

@@ -8,10 +8,8 @@ adds logging and waits for SIGTERM/SIGINT.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from http.server import ThreadingHTTPServer
-from types import FrameType
 from typing import Any
 
 import grpc
@@ -23,8 +21,8 @@ from webhook.dra import checkpoint, healthstream, nodemode, preparer, publisher,
 from webhook.dra.cdispecs import SpecFiles
 from webhook.dra.settings import DraSettings, SettingsError
 from webhook.gpus import health, inventory
-from webhook.kube import client, draobjects, errors, rest, watch
-from webhook.serving import logs, probeserver
+from webhook.kube import client, draobjects, errors, watch
+from webhook.serving import logs, probeserver, stopsignals
 from webhook.serving import server as http_server
 
 log = logging.getLogger(__name__)
@@ -76,11 +74,9 @@ class Driver:
         self.settings = settings
         try:
             self.inventory = inventory.discover(settings.fake_gpus, settings.inventory_file)
+            gpus = inventory.present(self.inventory)
         except inventory.InventoryError as err:
             raise StartError(str(err)) from None
-        gpus = self.inventory.gpus()
-        if not gpus:
-            raise StartError("no GPUs found on this node")
         granularity = settings.granularity()
         try:
             self.store = checkpoint.Checkpoint(settings.checkpoint)
@@ -121,13 +117,7 @@ class Driver:
             resync_s=settings.resync_s,
         )
         self.mode.on_change(self.publisher.poke)
-        self.node_watch = watch.Watcher(
-            self.api,
-            rest.path("nodes"),
-            self._on_node_event,
-            field_selector=f"metadata.name={settings.node_name}",
-            name=f"node {settings.node_name}",
-        )
+        self.node_watch = watch.one_node(self.api, settings.node_name, self._on_node_event)
         self.slice_watch = watch.Watcher(
             self.api,
             draobjects.slices_path(),
@@ -184,12 +174,7 @@ class Driver:
             )
         self.publisher.start()
         self.slice_watch.start()
-        threading.Thread(
-            target=self.health.run,
-            args=(self.stop_event, self._health_changed),
-            name="gpu-health",
-            daemon=True,
-        ).start()
+        health.start(self.health, self.stop_event, self._health_changed)
         self.server.start()
         return self
 
@@ -221,13 +206,7 @@ def run(settings: DraSettings) -> int:
         raise StartError(str(err)) from None
     except OSError as err:
         raise StartError(f"cannot serve: {err}") from None
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stop = stopsignals.event()
     log.info("DRA driver %s running on node %s", settings.driver_name, settings.node_name)
     stop.wait()
     driver.stop()

@@ -162,3 +162,10 @@ def watcher(health_file: Path | None, inv: inventory.GpuInventory, recovery_s: f
 
         return NvmlHealth(pynvml, inv.gpus(), recovery_s=recovery_s)
     return StaticHealth()
+
+
+def start(source: HealthWatcher, stop: threading.Event, on_change: OnChange) -> threading.Thread:
+    """Run `source` in its own daemon thread until `stop` is set."""
+    thread = threading.Thread(target=source.run, args=(stop, on_change), name="gpu-health", daemon=True)
+    thread.start()
+    return thread

@@ -134,6 +134,14 @@ def discover(fake_gpus: str = "", inventory_file: Path | None = None) -> GpuInve
         ) from None
 
 
+def present(inv: GpuInventory) -> tuple[devices.Gpu, ...]:
+    """The GPUs of `inv`; InventoryError when there are none (an agent then has nothing to serve)."""
+    gpus = inv.gpus()
+    if not gpus:
+        raise InventoryError("no GPUs found on this node")
+    return gpus
+
+
 class NvmlInventory:
     """The node's GPUs from NVML: index, UUID, total memory, model, compute capability. Read once; restart
     to rediscover."""

@@ -248,6 +248,13 @@ class Watcher:
             self.resource_version = rv
 
 
+def one_node(api: kubernetes.client.ApiClient, name: str, handler: Callable[[WatchEvent], None]) -> Watcher:
+    """A watch of the Node `name` alone (its labels decide what a node agent serves)."""
+    return Watcher(
+        api, rest.path("nodes"), handler, field_selector=f"metadata.name={name}", name=f"node {name}"
+    )
+
+
 def _cut(response: urllib3.BaseHTTPResponse) -> None:
     """Unblock a thread reading `response` (shut the socket's read side)."""
     with contextlib.suppress(ValueError, OSError, NotImplementedError):  # already released or closed
