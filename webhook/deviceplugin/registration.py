@@ -9,7 +9,6 @@ beside the socket keeps a second plugin instance from deleting the first one's s
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import threading
@@ -24,6 +23,7 @@ import grpc
 from webhook.deviceplugin import server
 from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from webhook.serving import socketfiles
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +60,6 @@ class AlreadyRunning(Exception):
     """Another plugin instance serves this socket (it holds the lock file beside it)."""
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns
-
-
 class PluginServer:
     """Owns the gRPC server instance and the register/restart loop (`start`, `stop`)."""
 
@@ -80,30 +72,21 @@ class PluginServer:
         self.registrations = 0
         self._stop = threading.Event()
         self.lock_path = settings.plugin_dir / f".{settings.endpoint}.lock"
+        self._lock = socketfiles.InstanceLock(self.lock_path, 0o644)
         self._server: grpc.Server | None = None
         self._thread: threading.Thread | None = None
-        self._lock_fd: int | None = None
 
     def take_lock(self) -> None:
         """Raise AlreadyRunning when another instance serves our socket (done by `start` too)."""
-        # flock: released by the kernel when the process dies, so a crashed instance never blocks.
-        if self._lock_fd is not None:
-            return
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        if not self._lock.acquire():
             raise AlreadyRunning(
                 f"another gpushare device plugin serves {self.socket} (it holds {self.lock_path}); "
                 "stop it first: two instances would delete each other's socket"
-            ) from None
-        self._lock_fd = fd
+            )
 
     def start(self) -> PluginServer:
         self.take_lock()
-        if _identity(self.kubelet_socket) is None:
+        if socketfiles.identity(self.kubelet_socket) is None:
             log.warning(
                 "the kubelet socket %s does not exist: is the kubelet running, and is %s its device-plugin "
                 "directory (--device-plugin-dir, a hostPath mount of the directory)? Waiting for it",
@@ -122,9 +105,7 @@ class PluginServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self._shutdown()
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)  # releases the flock
-            self._lock_fd = None
+        self._lock.release()
 
     def _serve(self) -> None:
         self._shutdown()
@@ -148,7 +129,7 @@ class PluginServer:
             ) from None
         srv.start()
         self._server = srv
-        self._served = _identity(self.socket)
+        self._served = socketfiles.identity(self.socket)
         log.info("serving the device plugin on %s", self.socket)
 
     def _shutdown(self) -> None:
@@ -177,14 +158,14 @@ class PluginServer:
         missing_since = time.monotonic()
         while not self._stop.is_set():
             if not self.registered.is_set():
-                current = _identity(self.kubelet_socket)
+                current = socketfiles.identity(self.kubelet_socket)
                 if current is None and time.monotonic() - missing_since >= self.settings.missing_log_s:
                     log.warning("still waiting for the kubelet socket %s to appear", self.kubelet_socket)
                     missing_since = time.monotonic()
                 if current is not None:
                     # A starting kubelet deletes every socket before it creates kubelet.sock: once that
                     # exists, serve again if ours is gone, or the kubelet could never dial back.
-                    if _identity(self.socket) != self._served:
+                    if socketfiles.identity(self.socket) != self._served:
                         self._serve()
                     try:
                         self._register()
@@ -206,10 +187,10 @@ class PluginServer:
 
     def _lost(self, kubelet: tuple[int, int] | None) -> str:
         """Why the registration no longer holds ("" while it does)."""
-        now = _identity(self.kubelet_socket)
+        now = socketfiles.identity(self.kubelet_socket)
         if now is not None and now != kubelet:
             return "the kubelet restarted (kubelet.sock was recreated)"
-        if _identity(self.socket) != self._served:
+        if socketfiles.identity(self.socket) != self._served:
             if now is None:
                 return f"the kubelet stopped: {self.kubelet_socket} and our socket were removed"
             # The kubelet deletes every socket only when it starts, and then recreates kubelet.sock.

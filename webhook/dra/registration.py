@@ -11,9 +11,7 @@ pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go). A lock file keeps a second ins
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 from collections.abc import Callable
 from concurrent import futures
@@ -25,6 +23,7 @@ import grpc
 from webhook.dra import server
 from webhook.dra.pluginregistration.v1 import api_pb2 as reg_pb2
 from webhook.dra.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from webhook.serving import socketfiles
 
 log = logging.getLogger(__name__)
 
@@ -76,14 +75,6 @@ class RegistrationService(reg_grpc.RegistrationServicer):
         return reg_pb2.RegistrationStatusResponse()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns
-
-
 class DriverServer:
     """Both gRPC servers and the loop that serves them again (`take_lock`, `start`, `stop`)."""
 
@@ -92,12 +83,12 @@ class DriverServer:
         self.add_services = add_services
         self.registration = RegistrationService(sockets)
         self.lock_path = sockets.dra_socket.with_name(".driver.lock")
+        self._lock = socketfiles.InstanceLock(self.lock_path, 0o600)
         self._dra: grpc.Server | None = None
         self._reg: grpc.Server | None = None
         self._served: dict[Path, tuple[int, int] | None] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock_fd: int | None = None
 
     @property
     def registered(self) -> threading.Event:
@@ -105,19 +96,11 @@ class DriverServer:
 
     def take_lock(self) -> None:
         """Raise AlreadyRunning when another instance holds our folder (done by `start` too)."""
-        if self._lock_fd is not None:
-            return
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released by the kernel if we die
-        except BlockingIOError:
-            os.close(fd)
+        if not self._lock.acquire():
             raise AlreadyRunning(
                 f"another gpushare DRA driver serves {self.sockets.dra_socket} (it holds {self.lock_path}); "
                 "stop it first: two instances would delete each other's sockets"
-            ) from None
-        self._lock_fd = fd
+            )
 
     def start(self) -> DriverServer:
         self.take_lock()
@@ -133,9 +116,7 @@ class DriverServer:
         self._shutdown()
         for path in (self.sockets.registration_socket, self.sockets.dra_socket):
             path.unlink(missing_ok=True)
-        if self._lock_fd is not None:
-            os.close(self._lock_fd)
-            self._lock_fd = None
+        self._lock.release()
 
     def _serve_all(self) -> None:
         """The DRA socket first, the registration socket last: the kubelet dials the first once it sees
@@ -165,7 +146,7 @@ class DriverServer:
         except RuntimeError:
             raise OSError(f"cannot create the socket {path}") from None
         srv.start()
-        self._served[path] = _identity(path)
+        self._served[path] = socketfiles.identity(path)
         return srv
 
     def _shutdown(self) -> None:
@@ -177,7 +158,7 @@ class DriverServer:
 
     def _watch(self) -> None:
         while not self._stop.wait(self.sockets.poll_s):
-            gone = [p for p, served in self._served.items() if _identity(p) != served]
+            gone = [p for p, served in self._served.items() if socketfiles.identity(p) != served]
             if gone:
                 log.warning("socket %s was removed or replaced: serving both sockets again", gone[0])
                 try:
