@@ -6,12 +6,10 @@ A bad flag exits 2 with the reason; a failure at start (inventory, API, socket) 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
-from webhook.cli import helpformat
-from webhook.core import devices, mps, resources
+from webhook.cli import helpformat, nodeagent
+from webhook.core import devices, resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin import settings as dp_settings
 
@@ -33,25 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="MiB mode: MiB per fake device, so the unit is N MiB "
         f"(default {devices.DEFAULT_MIB_PER_DEVICE}; 1 = the original one device per MiB)",
     )
-    p.add_argument(
-        "--fake-gpus",
-        default="",
-        metavar="SPEC",
-        help='declare GPUs instead of NVML, e.g. "0:16,1:16,2:24" (GiB)',
-    )
-    p.add_argument("--inventory-file", type=Path, help="declare GPUs from a YAML/JSON file instead of NVML")
-    p.add_argument(
-        "--health-file",
-        type=Path,
-        help='fake inventories: file of unhealthy GPU indexes, e.g. "0,2", re-read every 0.5 s',
-    )
-    p.add_argument(
-        "--health-recovery",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="NVML: a GPU is healthy again after this long without critical XIDs and a passing probe "
-        "(default 60)",
+    nodeagent.add_gpu_flags(
+        p,
+        fake_gpus_help='declare GPUs instead of NVML, e.g. "0:16,1:16,2:24" (GiB)',
+        health_file_help='fake inventories: file of unhealthy GPU indexes, e.g. "0,2", re-read every 0.5 s',
     )
     p.add_argument(
         "--device-plugin-dir",
@@ -69,13 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="resource of whole GPUs served beside gpu-mem on sharing nodes, on its own socket "
         f"(<endpoint>-wholecard.sock; default {resources.NVIDIA_GPU}); the extender's flag of that name too",
     )
-    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-    p.add_argument(
-        "--api-host", default="", help="API server URL without auth, e.g. http://127.0.0.1:8080 (local runs)"
-    )
-    p.add_argument(
-        "--health-port", type=int, default=0, help="serve /healthz and /metrics on this port (0: off)"
-    )
+    nodeagent.add_api_flags(p)
     p.add_argument(
         "--allocate-wait",
         type=float,
@@ -104,25 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="exit 1 when the API server cannot be reached this long at start (default 30)",
     )
-    p.add_argument(
-        "--mps",
-        action="store_true",
-        help="give every gpu-mem container the NVIDIA MPS env and mounts on any sharing node, not only on "
-        "nodes labelled ack.node.gpu.schedule=mps (needs Volta or newer GPUs)",
-    )
-    p.add_argument(
-        "--mps-pipe-dir",
-        default=mps.DEFAULT_PIPE_DIRECTORY,
-        metavar="DIR",
-        help="the MPS pipe directory on the node, mounted into MPS containers "
-        f"(default {mps.DEFAULT_PIPE_DIRECTORY})",
-    )
-    p.add_argument(
-        "--mps-log-dir",
-        default=mps.DEFAULT_LOG_DIRECTORY,
-        metavar="DIR",
-        help="the MPS log directory on the node, mounted into MPS containers "
-        f"(default {mps.DEFAULT_LOG_DIRECTORY})",
+    nodeagent.add_mps_flags(
+        p,
+        mps_help="give every gpu-mem container the NVIDIA MPS env and mounts on any sharing node, not only "
+        "on nodes labelled ack.node.gpu.schedule=mps (needs Volta or newer GPUs)",
+        dirs_note=", mounted into MPS containers",
     )
     usage = p.add_argument_group("GPU usage and over-share (docs/device-plugin.md)")
     usage.add_argument(
@@ -167,10 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="evict pods over their share (Eviction API) on nodes labelled ack.node.gpu.schedule=share; "
         "never on cgpu or mps nodes (off by default)",
     )
-    p.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), default="info", help="log level"
-    )
-    p.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
+    nodeagent.add_log_flags(p)
     return p
 
 
@@ -208,14 +168,11 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        settings = settings_from_args(args, dict(os.environ))
-    except dp_settings.SettingsError as err:
-        print(f"gpushare device-plugin: {err}", file=sys.stderr)
-        return 2
-    try:
-        return app.run(settings)
-    except app.StartError as err:
-        print(f"gpushare device-plugin: {err}", file=sys.stderr)
-        return 1
+    return nodeagent.main(
+        build_parser(),
+        argv,
+        settings_from_args=settings_from_args,
+        run=app.run,
+        settings_error=dp_settings.SettingsError,
+        start_error=app.StartError,
+    )

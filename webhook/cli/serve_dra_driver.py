@@ -6,12 +6,10 @@ A bad flag exits 2 with the reason; a failure at start (inventory, checkpoint, A
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from pathlib import Path
 
-from webhook.cli import helpformat
-from webhook.core import draslice, mps
+from webhook.cli import helpformat, nodeagent
+from webhook.core import draslice
 from webhook.dra import app
 from webhook.dra import settings as dra_settings
 
@@ -40,22 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="MiB mode: the step in MiB (default 1), so claims are rounded up to N MiB",
     )
-    p.add_argument(
-        "--fake-gpus", default="", metavar="SPEC", help='declare GPUs instead of NVML, e.g. "0:16,1:16" (GiB)'
-    )
-    p.add_argument("--inventory-file", type=Path, help="declare GPUs from a YAML/JSON file instead of NVML")
-    p.add_argument(
-        "--health-file",
-        type=Path,
-        help='fake inventories: file of unhealthy GPU indexes, e.g. "0,2"; they leave the ResourceSlice',
-    )
-    p.add_argument(
-        "--health-recovery",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="NVML: a GPU is healthy again after this long without critical XIDs and a passing probe "
-        "(default 60)",
+    nodeagent.add_gpu_flags(
+        p,
+        fake_gpus_help='declare GPUs instead of NVML, e.g. "0:16,1:16" (GiB)',
+        health_file_help='fake inventories: file of unhealthy GPU indexes, e.g. "0,2"; they leave the '
+        "ResourceSlice",
     )
     p.add_argument(
         "--registry-dir",
@@ -77,13 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=dra_settings.DEFAULT_CDI_DIR,
         help=f"where the container runtime reads CDI specs (default {dra_settings.DEFAULT_CDI_DIR})",
     )
-    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
-    p.add_argument(
-        "--api-host", default="", help="API server URL without auth, e.g. http://127.0.0.1:8080 (local runs)"
-    )
-    p.add_argument(
-        "--health-port", type=int, default=0, help="serve /healthz and /metrics on this port (0: off)"
-    )
+    nodeagent.add_api_flags(p)
     p.add_argument(
         "--api-timeout",
         type=float,
@@ -98,28 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="check the published ResourceSlice this often, besides its watch (default 60)",
     )
-    p.add_argument(
-        "--mps",
-        action="store_true",
-        help="give every prepared claim the NVIDIA MPS env and mounts on nodes labelled dra too, not only on "
-        "dra-mps (needs Volta or newer GPUs)",
+    nodeagent.add_mps_flags(
+        p,
+        mps_help="give every prepared claim the NVIDIA MPS env and mounts on nodes labelled dra too, not "
+        "only on dra-mps (needs Volta or newer GPUs)",
     )
-    p.add_argument(
-        "--mps-pipe-dir",
-        default=mps.DEFAULT_PIPE_DIRECTORY,
-        metavar="DIR",
-        help=f"the MPS pipe directory on the node (default {mps.DEFAULT_PIPE_DIRECTORY})",
-    )
-    p.add_argument(
-        "--mps-log-dir",
-        default=mps.DEFAULT_LOG_DIRECTORY,
-        metavar="DIR",
-        help=f"the MPS log directory on the node (default {mps.DEFAULT_LOG_DIRECTORY})",
-    )
-    p.add_argument(
-        "--log-level", choices=("debug", "info", "warning", "error"), default="info", help="log level"
-    )
-    p.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
+    nodeagent.add_log_flags(p)
     return p
 
 
@@ -150,14 +115,11 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dra
 
 
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        settings = settings_from_args(args, dict(os.environ))
-    except dra_settings.SettingsError as err:
-        print(f"gpushare dra-driver: {err}", file=sys.stderr)
-        return 2
-    try:
-        return app.run(settings)
-    except app.StartError as err:
-        print(f"gpushare dra-driver: {err}", file=sys.stderr)
-        return 1
+    return nodeagent.main(
+        build_parser(),
+        argv,
+        settings_from_args=settings_from_args,
+        run=app.run,
+        settings_error=dra_settings.SettingsError,
+        start_error=app.StartError,
+    )

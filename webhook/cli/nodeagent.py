@@ -1,0 +1,90 @@
+"""What the node agents' commands (`gpushare device-plugin`, `gpushare dra-driver`) share: their common
+flags, and the run that turns a bad flag into exit 2 and a failure at start into exit 1."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from webhook.cli import exitcodes
+from webhook.core import mps
+
+Settings = TypeVar("Settings")
+
+
+def add_gpu_flags(p: argparse.ArgumentParser, fake_gpus_help: str, health_file_help: str) -> None:
+    """Where the GPUs and their health come from: --fake-gpus, --inventory-file, --health-file, NVML."""
+    p.add_argument("--fake-gpus", default="", metavar="SPEC", help=fake_gpus_help)
+    p.add_argument("--inventory-file", type=Path, help="declare GPUs from a YAML/JSON file instead of NVML")
+    p.add_argument("--health-file", type=Path, help=health_file_help)
+    p.add_argument(
+        "--health-recovery",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="NVML: a GPU is healthy again after this long without critical XIDs and a passing probe "
+        "(default 60)",
+    )
+
+
+def add_api_flags(p: argparse.ArgumentParser) -> None:
+    """The API server and the probe port."""
+    p.add_argument("--kubeconfig", default="", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
+    p.add_argument(
+        "--api-host", default="", help="API server URL without auth, e.g. http://127.0.0.1:8080 (local runs)"
+    )
+    p.add_argument(
+        "--health-port", type=int, default=0, help="serve /healthz and /metrics on this port (0: off)"
+    )
+
+
+def add_mps_flags(p: argparse.ArgumentParser, mps_help: str, dirs_note: str = "") -> None:
+    """--mps and the MPS folders on the node; `dirs_note` follows "the MPS ... directory on the node"."""
+    p.add_argument("--mps", action="store_true", help=mps_help)
+    p.add_argument(
+        "--mps-pipe-dir",
+        default=mps.DEFAULT_PIPE_DIRECTORY,
+        metavar="DIR",
+        help=f"the MPS pipe directory on the node{dirs_note} (default {mps.DEFAULT_PIPE_DIRECTORY})",
+    )
+    p.add_argument(
+        "--mps-log-dir",
+        default=mps.DEFAULT_LOG_DIRECTORY,
+        metavar="DIR",
+        help=f"the MPS log directory on the node{dirs_note} (default {mps.DEFAULT_LOG_DIRECTORY})",
+    )
+
+
+def add_log_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), default="info", help="log level"
+    )
+    p.add_argument("--log-format", choices=("json", "text"), default="json", help="log format")
+
+
+def main(
+    parser: argparse.ArgumentParser,
+    argv: list[str],
+    *,
+    settings_from_args: Callable[[argparse.Namespace, dict[str, str]], Settings],
+    run: Callable[[Settings], int],
+    settings_error: type[Exception],
+    start_error: type[Exception],
+) -> int:
+    """Flags and the environment to settings (`settings_error`: exit 2), then `run` them (`start_error`:
+    exit 1); each message is prefixed with the parser's prog."""
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_from_args(args, dict(os.environ))
+    except settings_error as err:
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return exitcodes.USAGE
+    try:
+        return run(settings)
+    except start_error as err:
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return exitcodes.FAILURE
