@@ -7,7 +7,6 @@ Both of our endpoints meet it: gpu-mem and whole cards (nvidia.com/gpu).
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +14,11 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e import objects
+from tests.e2e import objects, privatekubelet
 from tests.e2e.bed import Bed
 from webhook.core import annotations as ann
 from webhook.core import resources
 from webhook.devcluster import kubelet as kubeletmod
-from webhook.devcluster import process
 from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
 from webhook.gpus import inventory
 from webhook.kube import rest
@@ -31,26 +29,8 @@ GROUP = "real-kubelet"
 
 @pytest.fixture(scope="module")
 def kubelet(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeletmod.Kubelet]:
-    reason = kubeletmod.private_available(bed.cp.bins)
-    if reason is not None:
-        pytest.skip(reason)  # a failure under CI (tests/e2e/conftest.py)
-    # A device-plugin folder of its own: another kubelet on this machine (another run of the suite, the
-    # demo) keeps its own, and neither replaces the other's kubelet.sock.
-    plugin_dir = process.socket_dir(NODE)
-    real = kubeletmod.Kubelet(
-        bed.cp.bins,
-        bed.cp,
-        tmp_path_factory.mktemp("kubelet"),
-        node=NODE,
-        labels={"e2e-group": GROUP, resources.ISOLATION_KEY: "false"},
-        taints=(f"e2e-group={GROUP}:NoSchedule",),
-        plugin_dir=plugin_dir,
-    ).start()
-    try:
+    with privatekubelet.running(bed, tmp_path_factory.mktemp("kubelet"), NODE, GROUP) as real:
         yield real
-    finally:
-        real.stop()
-        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 @pytest.fixture

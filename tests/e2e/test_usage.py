@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e import objects
+from tests.e2e import objects, privatekubelet
 from tests.e2e.bed import Bed
 from webhook.cli import inspect
 from webhook.core import annotations as ann
@@ -69,26 +68,8 @@ class Agent:
 
 @pytest.fixture(scope="module")
 def kubelet(bed: Bed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubeletmod.Kubelet]:
-    reason = kubeletmod.private_available(bed.cp.bins)
-    if reason is not None:
-        pytest.skip(reason)  # a failure under CI (tests/e2e/conftest.py)
-    # A device-plugin folder of its own, as in test_real_kubelet.py: another kubelet on this machine keeps
-    # its own, and neither replaces the other's kubelet.sock.
-    plugin_dir = process.socket_dir(NODE)
-    real = kubeletmod.Kubelet(
-        bed.cp.bins,
-        bed.cp,
-        tmp_path_factory.mktemp("kubelet"),
-        node=NODE,
-        labels={"e2e-group": GROUP, resources.ISOLATION_KEY: "false"},
-        taints=(f"e2e-group={GROUP}:NoSchedule",),
-        plugin_dir=plugin_dir,
-    ).start()
-    try:
+    with privatekubelet.running(bed, tmp_path_factory.mktemp("kubelet"), NODE, GROUP) as real:
         yield real
-    finally:
-        real.stop()
-        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
