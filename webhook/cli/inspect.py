@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--agent-selector",
         default=AGENT_SELECTOR,
         metavar="LABELS",
-        help="the label selector of the device plugin's pods (default: the chart's labels)",
+        help="the label selector of the device plugin's pods (default: %(default)s, the chart's labels)",
     )
     return parser
 
