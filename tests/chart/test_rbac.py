@@ -50,6 +50,8 @@ CALLS: dict[str, set[Grant]] = {
     "patch_namespaced_lease": {("coordination.k8s.io", "leases", "patch")},
     # webhook.kube.leader: GET the Lease, POST it when missing, PUT to renew or take over.
     "LeaderElector": {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")},
+    # webhook.kube.watch.one_node: list and watch the node agent's own Node (a field selector).
+    "one_node": {("", "nodes", v) for v in LIST_WATCH},
 }
 CALL_RE = re.compile(r"\.(" + "|".join(CALLS) + r")\b")
 API_LIKE_RE = re.compile(r"\.((?:list|read|create|patch|replace|delete)_(?:namespaced_)?[a-z_]+)\(")
