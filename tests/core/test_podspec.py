@@ -10,6 +10,7 @@ import pytest
 from webhook.core import demand, isolation, lookalikes, podspec, resources, rules, templates, verdict
 
 NAMES = resources.GpuResourceNames()
+MEM = "aliyun.com/gpu-mem"
 GPU = {"name": "gpu", "resources": {"limits": {"aliyun.com/gpu-mem": "4"}}}
 
 
@@ -77,3 +78,59 @@ def test_every_reader_of_containers_turns_a_misshapen_list_into_a_message_naming
     # ... and the verdict denies.
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
     assert not verdict.evaluate(pod, verdict.Policy()).allowed
+
+
+def test_resource_names_are_sorted_once_into_gpu_names_and_look_alike_candidates():
+    body = {
+        "resources": {
+            "limits": {"nvidia.com/gpu": 1, "cpu": "1", "aliyun.com/gpu-mem": 4, "example.com/fpga": 1},
+            "requests": {"nvidia.com/mig-1g.5gb": 1, "example.com/fpga": 1, "vendor.io/x": 2, 5: 1},
+        }
+    }
+    c = podspec.Container("spec.containers[0]", "containers", 0, body)
+    assert c.gpu_names == ("aliyun.com/gpu-mem", "nvidia.com/gpu", "nvidia.com/mig-1g.5gb")
+    # Each name once, with the first section it is in; cpu and a YAML key such as 5 are no candidates.
+    assert c.other_names == (("limits", "example.com/fpga"), ("requests", "vendor.io/x"))
+
+
+def test_gpu_names_follow_the_configured_names():
+    names = resources.GpuResourceNames(whole_device=frozenset({"gpu"}), whole_device_prefixes=("acme/",))
+    body = {"resources": {"limits": {"gpu": 1, "acme/big": 1, "nvidia.com/gpu": 1}}}
+    c = podspec.Container("p", "containers", 0, body, podspec.matcher(names))
+    assert c.gpu_names == ("acme/big", "gpu")
+    assert c.other_names == (("limits", "nvidia.com/gpu"),)
+
+
+def test_an_amount_is_the_limit_else_the_request_and_each_is_parsed_once():
+    body = {"resources": {"limits": {MEM: 4}, "requests": {MEM: 3, "nvidia.com/gpu": "x"}}}
+    c = podspec.Container("p", "containers", 0, body)
+    first = c.amount(MEM)
+    assert first is not None and first.section == "limits" and first.parsed == 4
+    assert c.amount(MEM) is first
+    assert c.request(MEM) == 3 and c.request(MEM) is c.request(MEM)
+    card = c.amount("nvidia.com/gpu")
+    assert card is not None and card.section == "requests" and isinstance(card.parsed, str)
+    assert c.amount("cpu") is None
+    assert c.asks("nvidia.com/gpu") and not c.holds("nvidia.com/gpu")  # unreadable: asks, holds nothing
+
+
+@pytest.mark.parametrize(
+    ("value", "asks", "holds"),
+    [(1, True, True), (0, False, False), (-1, False, False), (True, True, False), (10**5000, True, True)],
+    ids=["one", "zero", "negative", "boolean", "too-large"],
+)
+def test_asking_and_holding_read_the_sign_of_what_parses(value, asks, holds):
+    c = podspec.Container("p", "containers", 0, {"resources": {"limits": {MEM: value}}})
+    assert (c.asks(MEM), c.holds(MEM)) == (asks, holds)
+
+
+def test_the_sorted_names_kept_are_bounded_in_number_and_size():
+    matcher = podspec.matcher(resources.GpuResourceNames(count="bench.example/count"))
+    long_name = "example.com/" + "x" * 2000
+    podspec.Container("p", "containers", 0, {"resources": {"limits": {long_name: 1}}}, matcher)
+    assert not matcher.seen  # too long to keep, still sorted
+    for i in range(1100):
+        podspec.Container("p", "containers", 0, {"resources": {"limits": {f"example.com/r{i}": 1}}}, matcher)
+    assert len(matcher.seen) == 1024
+    yaml_keys = podspec.Container("p", "containers", 0, {"resources": {"limits": {7: 1}}}, matcher)
+    assert (yaml_keys.gpu_names, yaml_keys.other_names) == ((), ())

@@ -7,7 +7,7 @@ a rule failure is an ordinary denial inside a 200 response.
 
 from __future__ import annotations
 
-import base64
+import binascii
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
@@ -100,7 +100,7 @@ def parse(body: Any) -> Request:
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid must be a non-empty string")
     gvk = req.get("kind")
-    if not isinstance(gvk, dict) or not isinstance(gvk.get("kind"), str) or not gvk["kind"]:
+    if not isinstance(gvk, dict) or not isinstance(kind := gvk.get("kind"), str) or not kind:
         raise ReviewError("request.kind must be an object with a non-empty string kind")
     group = gvk.get("group", "")
     if not isinstance(group, str):
@@ -110,28 +110,38 @@ def parse(body: Any) -> Request:
         raise ReviewError(
             f"request.operation must be one of {', '.join(OPERATIONS)}, got {_short(operation)}"
         )
-    text = {}
-    for key in ("namespace", "name", "subResource"):
-        value = req.get(key)
-        if value is None:
-            value = ""
-        if not isinstance(value, str):
-            raise ReviewError(f"request.{key} must be a string, got {_type(value)}")
-        text[key] = value
+    # Absent or null is "", as the API server leaves them out; spelled out, not looped (every review).
+    namespace, name = req.get("namespace", ""), req.get("name", "")
+    sub_resource = req.get("subResource", "")
+    if namespace.__class__ is not str or name.__class__ is not str or sub_resource.__class__ is not str:
+        namespace, name, sub_resource = (_text(req, key) for key in ("namespace", "name", "subResource"))
     obj = req.get("object")
-    if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
-        raise ReviewError(f"request.object must be an object for {operation}, got {_type(obj)}")
+    if not isinstance(obj, dict):
+        if operation in ("CREATE", "UPDATE"):
+            raise ReviewError(f"request.object must be an object for {operation}, got {_type(obj)}")
+        obj = None
+    old = req.get("oldObject") if operation == "UPDATE" else None
     return Request(
-        uid=uid,
-        kind=gvk["kind"],
-        group=group,
-        operation=operation,
-        namespace=text["namespace"],
-        name=text["name"],
-        sub_resource=text["subResource"],
-        obj=obj if isinstance(obj, dict) else None,
-        old=old if operation == "UPDATE" and isinstance(old := req.get("oldObject"), dict) else None,
+        uid,
+        kind,
+        group,
+        operation,
+        namespace,
+        name,
+        sub_resource,
+        obj,
+        old if isinstance(old, dict) else None,
     )
+
+
+def _text(req: dict[str, Any], key: str) -> str:
+    """A string field of the request: "" when absent or null; ReviewError for any other type."""
+    value = req.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ReviewError(f"request.{key} must be a string, got {_type(value)}")
+    return value
 
 
 def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
@@ -159,7 +169,7 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
         ops = verdict.mutation_patch(req.obj, found, policy.rules)
         if ops:
             raw = codec.encode(ops)
-            response["patch"] = base64.b64encode(raw).decode("ascii")
+            response["patch"] = binascii.b2a_base64(raw, newline=False).decode("ascii")  # base64.b64encode
             response["patchType"] = "JSONPatch"
             return Result(envelope(response), req, "patched")
     return Result(envelope(response), req, "allowed")

@@ -1,7 +1,8 @@
 """What a pod asks of shared GPU memory: per-container `aliyun.com/gpu-mem` and the GPU-count split.
 
 The webhook's rules, the extender's filter and the device plugin's Allocate all read a pod's demand
-through `pod_demand`, so they agree on the numbers (HAMi's lesson: one device model for all parts).
+from its view (core/specview.py: each quantity parsed once) through `pod_demand` or `of_view`, so they
+agree on the numbers (HAMi's lesson: one device model for all parts).
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import gpumem, podspec, resources, templates
-
-_NAME_LIMIT = 63
+from webhook.core import gpumem, podspec, resources, specview, templates
 
 
 class DemandError(ValueError):
@@ -58,20 +57,6 @@ def _wrong_type(path: str, container: str | None, value: object, expected: str) 
     return _error(path, container, shown, gpumem.wrong_type(value, expected))
 
 
-def _name(container: Mapping[str, Any]) -> str | None:
-    name = container.get("name")
-    return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else None
-
-
-def _section(res: Mapping[str, Any], section: str, path: str, name: str | None) -> Mapping[str, Any]:
-    values = res.get(section)
-    if values is None:
-        return {}
-    if not isinstance(values, Mapping):
-        raise _wrong_type(templates.join(path, section), name, values, "an object")
-    return values
-
-
 def container_units(
     container: Mapping[str, Any],
     name: str = resources.GPU_MEMORY,
@@ -82,56 +67,67 @@ def container_units(
 
     `path` is the container's field path ("spec.containers[0]"), for messages; `unit` is named in them.
     """
-    who = _name(container)
-    res = container.get("resources")
-    res_path = templates.join(path, "resources")
-    if res is None:
+    return units(podspec.Container(path, "containers", 0, container), name, unit)
+
+
+def units(container: podspec.Container, name: str, unit: str = gpumem.DEFAULT_UNIT) -> int:
+    """`container_units` of a container the view has read: its amount of `name` as parsed there."""
+    if name not in container.limits and name not in container.requests:
+        _check_sections(container, name)  # a misshapen section that might have held it
         return 0
+    if not container.limits and name in container.requests:
+        _check_sections(container, name)  # a misshapen limits, read before the requests
+    amount = container.amount(name)
+    assert amount is not None
+    raw, parsed = amount.raw, amount.parsed
+    found = gpumem.memory_problem(raw, parsed, name, unit)
+    if found is not None:
+        at = (
+            f"{templates.join(container.path, 'resources')}.{amount.section}[{templates.printable(name, 60)}]"
+        )
+        raise _error(at, container.name, raw, found)
+    assert not isinstance(parsed, str)  # memory_problem reports every unparsed value
+    return parsed.to_int()
+
+
+def _check_sections(container: podspec.Container, name: str) -> None:
+    """The wrong types on the way to `name`, in the order they are read: `resources`, then limits, then
+    requests (a section that holds `name` ends the reading)."""
+    res = container.body.get("resources")
+    if res is None or (container.limits and container.requests):
+        return  # both sections are objects: nothing misshapen
+    res_path = templates.join(container.path, "resources")
     if not isinstance(res, Mapping):
-        raise _wrong_type(res_path, who, res, "an object")
-    for section in ("limits", "requests"):
-        values = _section(res, section, res_path, who)
-        if name not in values:
-            continue
-        raw = values[name]
-        at = f"{res_path}.{section}[{templates.printable(name, 60)}]"
-        parsed = gpumem.parse(raw)
-        found = gpumem.memory_problem(raw, parsed, name, unit)
-        if found is not None:
-            raise _error(at, who, raw, found)
-        assert not isinstance(parsed, str)  # memory_problem reports every unparsed value
-        return parsed.to_int()
-    return 0
-
-
-def _asks(values: Mapping[str, Any], name: str) -> bool:
-    parsed = gpumem.parse(values.get(name))
-    return not isinstance(parsed, str) and parsed > 0
-
-
-def _check_shape(
-    container: Mapping[str, Any], path: str, names: resources.GpuResourceNames, unit: str
-) -> None:
-    """The rules' container-level denials that the extender must repeat: gpu-count as a resource, and
-    whole GPUs with gpu-mem in one container (see gpumem.count_resource, gpumem.whole_and_memory)."""
-    res = container.get("resources")
-    if not isinstance(res, Mapping):
-        return
-    res_path = templates.join(path, "resources")
+        raise _wrong_type(res_path, container.name, res, "an object")
     for section in ("limits", "requests"):
         values = res.get(section)
-        if isinstance(values, Mapping) and names.count in values:
+        if values is None:
+            continue
+        if not isinstance(values, Mapping):
+            raise _wrong_type(templates.join(res_path, section), container.name, values, "an object")
+        if name in values:
+            return
+
+
+def _asks(container: podspec.Container, name: str) -> bool:
+    found = container.amount(name)
+    return found is not None and not isinstance(found.parsed, str) and found.parsed > 0
+
+
+def _check_shape(container: podspec.Container, names: resources.GpuResourceNames, unit: str) -> None:
+    """The rules' container-level denials that the extender must repeat: gpu-count as a resource, and
+    whole GPUs with gpu-mem in one container (see gpumem.count_resource, gpumem.whole_and_memory)."""
+    limits, requests = container.limits, container.requests
+    res_path = templates.join(container.path, "resources")
+    for section, values in (("limits", limits), ("requests", requests)):
+        if names.count in values:
             at = f"{res_path}.{section}[{names.count}]"
-            raise _error(at, _name(container), values[names.count], gpumem.count_resource(names.count))
-    limits = res.get("limits")
-    limits = limits if isinstance(limits, Mapping) else {}
-    requests = res.get("requests")
-    requests = requests if isinstance(requests, Mapping) else {}
-    for key in sorted(k for k in {*limits, *requests} if isinstance(k, str) and names.is_whole_device(k)):
-        if _asks(limits if key in limits else requests, key):
+            raise _error(at, container.name, values[names.count], gpumem.count_resource(names.count))
+    for key in container.gpu_names:
+        if names.is_whole_device(key) and _asks(container, key):
             section = "limits" if names.memory in limits else "requests"
             found = gpumem.whole_and_memory(key, names.memory, unit)
-            raise _error(f"{res_path}.{section}", _name(container), None, found)
+            raise _error(f"{res_path}.{section}", container.name, None, found)
 
 
 def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_LABEL) -> int:
@@ -241,32 +237,38 @@ def pod_demand(
             raise _error(key, None, None, gpumem.wrong_type(value, "an object"))
         parts.append(value or {})
     spec, metadata = parts
+    return of_view(specview.read(templates.PodTemplate("", metadata, spec), names), unit)
+
+
+def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> GpuMemoryDemand:
+    """The demand of a pod whose view is read (`pod_demand` reads it); DemandError as there."""
+    names = view.names
     app: list[int] = []
     init: list[int] = []
     init_items: list[podspec.Container] = []
-    for item in podspec.containers(spec):
+    for item in view.items:
         if isinstance(item, podspec.WrongShape):
             raise _wrong_type(item.path, None, item.value, item.expected)
-        units = container_units(item.body, names.memory, unit, item.path)
-        if units:
-            _check_shape(item.body, item.path, names, unit)
-        (init if item.init else app).append(units)
+        asked = units(item, names.memory, unit)
+        if asked:
+            _check_shape(item, names, unit)
+        (init if item.init else app).append(asked)
         if item.init:
             init_items.append(item)
-    labels = metadata.get("labels")
+    labels = view.labels
+    labels_path = templates.join(view.path, "metadata.labels")
     if labels is not None and not isinstance(labels, Mapping):
-        raise _wrong_type("metadata.labels", None, labels, "an object")
+        raise _wrong_type(labels_path, None, labels, "an object")
     labels = labels or {}
     if names.count in labels:
         found = count_label_problem(labels, names, sum(app), unit)
         if found is not None:
-            path = templates.key_path("metadata.labels", names.count)
-            raise _error(path, None, labels[names.count], found)
+            raise _error(templates.key_path(labels_path, names.count), None, labels[names.count], found)
     count = gpu_count(labels, names.count)
-    for item, units in zip(init_items, init, strict=True):
-        found = init_problem(units, sum(app), count, names, unit, sidecar=is_sidecar(item))
+    for item, asked in zip(init_items, init, strict=True):
+        found = init_problem(asked, sum(app), count, names, unit, sidecar=is_sidecar(item))
         if found is not None:
-            raise _error(memory_path(item, names), _name(item.body), units, found)
+            raise _error(memory_path(item, names), item.name, asked, found)
     return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)
 
 

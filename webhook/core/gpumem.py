@@ -6,6 +6,7 @@ text for the same mistake; this module holds that text once, with the configured
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -22,6 +23,8 @@ _SHOWN_DIGITS = 20
 _VALUE_LIMIT = 60
 # Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
 _MAX_INT_BITS = 3000
+# Spellings this long or shorter are remembered once read (as quantity.parse does).
+_CACHED_LENGTH = 32
 # What a quantity may arrive as; a tuple, as `str | int | ...` in isinstance builds a union per call.
 _JSON_SCALARS = (str, int, float, type(None))
 
@@ -97,11 +100,22 @@ def show(value: object) -> str:
 
 def parse(raw: object) -> quantity.Quantity | str:
     """The quantity, or apimachinery's reason for refusing it; never raises, whatever JSON `raw` is."""
+    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+        return _parse_text(raw)  # most values: "1", "4", "16", read once per spelling
     if isinstance(raw, int) and raw.bit_length() > _MAX_INT_BITS:
         return quantity.TOO_LARGE_ERROR
     if not isinstance(raw, _JSON_SCALARS):
         # from_json would repr() the value, which fails for lists holding huge ints.
         return quantity.FORMAT_ERROR
+    try:
+        return quantity.from_json(raw)
+    except quantity.QuantityError as err:
+        return err.reason
+
+
+# Results are immutable (a Quantity, or the reason as a string): one spelling is read once.
+@functools.lru_cache(maxsize=4096)
+def _parse_text(raw: str) -> quantity.Quantity | str:
     try:
         return quantity.from_json(raw)
     except quantity.QuantityError as err:
@@ -161,6 +175,17 @@ def _written_by_the_api_server(text: str, parsed: quantity.Quantity, unit: str) 
 
 def memory_problem(raw: object, parsed: quantity.Quantity | str, name: str, unit: str) -> Problem | None:
     """Any problem of a gpu-mem value (`parsed` as `parse` gave it); None when it is a fine whole number."""
+    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+        return _text_problem(raw, name, unit)  # the same few spellings in every pod
+    return _memory_problem(raw, parsed, name, unit)
+
+
+@functools.lru_cache(maxsize=4096)
+def _text_problem(raw: str, name: str, unit: str) -> Problem | None:
+    return _memory_problem(raw, _parse_text(raw), name, unit)
+
+
+def _memory_problem(raw: object, parsed: quantity.Quantity | str, name: str, unit: str) -> Problem | None:
     if isinstance(parsed, str):
         return invalid(parsed, unit)
     if parsed.is_negative():

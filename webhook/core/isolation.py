@@ -6,18 +6,19 @@ webhook pins it to one (the gpushare docs: "strongly recommended to set nodeSele
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core import podspec, quantity, resources, rules, templates
+from webhook.core import podspec, resources, rules, specview, templates
 
 _BOOLS = ("true", "false")
+# An env entry's name, from C: JSON entries that are objects are the only values with a `get`.
+_NAME_OF = operator.methodcaller("get", "name")
 _NAME_LIMIT = 40
 # Any value of the label other than true/false: pods that allow it may land on non-gpushare nodes.
 _OTHER = "<other>"
-# A tuple: `str | int | float` in isinstance builds a union object per call.
-_QUANTITY_TYPES = (str, int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,8 +29,7 @@ class IsolationPolicy:
     default: str = "false"  # the value when nothing in the pod says otherwise
 
 
-@dataclass(frozen=True, slots=True)
-class IsolationDecision:
+class IsolationDecision(NamedTuple):  # a NamedTuple: built per review, cheaper than a frozen dataclass
     value: str | None  # "true"/"false" to add to nodeSelector; None: nothing to add
     warnings: tuple[str, ...] = ()
     violation: rules.Violation | None = None  # e.g. annotation value "maybe"
@@ -59,44 +59,16 @@ def _get(
     raise _WrongType(rules.wrong_type(templates.key_path(path, key), who, value, what))
 
 
-def _gpu_memory(container: podspec.Container, name: str) -> bool:
-    """True when the container asks for more than zero of `name` (limit, else request)."""
-    limits, requests = container.limits, container.requests
-    if name in limits:
-        raw = limits[name]
-    elif name in requests:
-        raw = requests[name]
-    else:
-        return False
-    if isinstance(raw, int) and raw.bit_length() > 64:
-        return raw > 0
-    if not isinstance(raw, _QUANTITY_TYPES):
-        return False
-    try:
-        return quantity.from_json(raw) > 0
-    except ValueError:  # QuantityError
-        return False
-
-
-def _gpu_memory_entries(
-    spec: Mapping[str, Any],
-    names: resources.GpuResourceNames,
-    prefix: str = "",
-    walked: list[podspec.Container | podspec.WrongShape] | None = None,
-) -> list[podspec.Container]:
-    # Misshapen lists and items are skipped: the rules deny them, naming the field.
-    return [c for c in podspec.objects(spec, prefix, walked) if _gpu_memory(c, names.memory)]
-
-
 def gpu_memory_containers(
     spec: Mapping[str, Any], names: resources.GpuResourceNames
 ) -> list[Mapping[str, Any]]:
     """The containers and init containers that ask for GPU memory, in spec order."""
-    return [c.body for c in _gpu_memory_entries(spec, names)]
+    view = specview.read(templates.PodTemplate("", {}, spec), names)
+    return [c.body for c in view.containers if c.holds(names.memory)]
 
 
 def asks_gpu_memory(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
-    return bool(gpu_memory_containers(spec, names))
+    return specview.read(templates.PodTemplate("", {}, spec), names).asks_memory()
 
 
 def _container_name(container: Mapping[str, Any]) -> str:
@@ -107,9 +79,19 @@ def _container_name(container: Mapping[str, Any]) -> str:
 def _env_setting(container: podspec.Container, env_name: str, warnings: list[str]) -> str | None:
     """The container's CGPU_DISABLE: "true", "false", or None (unset or not readable, with a warning)."""
     body, path = container.body, container.path
-    env = _get(body, "env", list, path, "a list of env vars", container=body)
+    env = body.get("env")
+    if env is None:
+        return None
+    if type(env) is list:
+        try:
+            if env_name not in map(_NAME_OF, env):
+                return None  # most containers: every entry an object, none of this name
+        except AttributeError:  # an entry that is no object: named below
+            pass
+    else:
+        _get(body, "env", list, path, "a list of env vars", container=body)
     setting: str | None = None
-    for i, item in enumerate(env or ()):
+    for i, item in enumerate(env):
         if not isinstance(item, templates.OBJECT):
             raise _WrongType(
                 rules.wrong_type(f"{path}.env[{i}]", _container_name(body), item, "an object (an env var)")
@@ -138,6 +120,9 @@ def _env_setting(container: podspec.Container, env_name: str, warnings: list[str
 class _Affinity(NamedTuple):
     allowed: set[str] | None  # label values the required terms allow for the key; None: no term names it
     pinned: str | None  # a node every term pins the pod to by name (a DaemonSet's pods), else None
+
+
+_NO_AFFINITY = _Affinity(None, None)
 
 
 def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinity:
@@ -216,10 +201,12 @@ def _pinned_node(term: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _annotation(template: templates.PodTemplate, key: str) -> str | None:
-    annotations = _get(
-        template.metadata, "annotations", templates.OBJECT, template.field("metadata"), "an object"
-    )
+def _annotation(view: specview.SpecView, key: str) -> str | None:
+    template = view.template
+    annotations = view.annotations
+    if annotations is not None and not isinstance(annotations, templates.OBJECT):
+        path = templates.key_path(template.field("metadata"), "annotations")
+        raise _WrongType(rules.wrong_type(path, None, annotations, "an object"))
     if annotations is None or key not in annotations:
         return None
     raw = annotations[key]
@@ -247,21 +234,22 @@ def _source(policy: IsolationPolicy, annotation: str | None, env: str | None) ->
     return f"{policy.env_name}={env}"
 
 
-def _decide(
-    template: templates.PodTemplate,
-    policy: IsolationPolicy,
-    names: resources.GpuResourceNames,
-    walked: list[podspec.Container | podspec.WrongShape] | None,
-) -> IsolationDecision:
-    indexed = _gpu_memory_entries(template.spec, names, template.path, walked)
+def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecision:
+    # Misshapen lists and items are skipped: the rules deny them, naming the field.
+    memory, template = view.names.memory, view.template
+    indexed = [c for c in view.containers if c.holds(memory)]
     if not indexed:
         return IsolationDecision(None)
-    key = policy.label_key
+    key, spec = policy.label_key, template.spec
     warnings: list[str] = []
     spec_path = template.field("spec")
-    selector = _get(template.spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
-    affinity = _required_affinity(template.spec, key, spec_path)
-    annotation = _annotation(template, policy.annotation_key)
+    # Read in this order (the first misshapen field is the one reported); absent ones cost no call.
+    selector = spec.get("nodeSelector")
+    if selector is not None:
+        selector = _get(spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
+    affinity = _NO_AFFINITY if spec.get("affinity") is None else _required_affinity(spec, key, spec_path)
+    notes = view.annotations
+    annotation = None if notes is None else _annotation(view, policy.annotation_key)
     settings = [_env_setting(c, policy.env_name, warnings) for c in indexed]
     every_true = settings.count("true") == len(settings)
     env_signal = "true" if every_true else "false" if "false" in settings else None
@@ -317,16 +305,16 @@ def decide(
     template: templates.PodTemplate,
     policy: IsolationPolicy,
     names: resources.GpuResourceNames,
-    walked: list[podspec.Container | podspec.WrongShape] | None = None,
+    view: specview.SpecView | None = None,
 ) -> IsolationDecision:
     """What the webhook adds to the nodeSelector of this template's pods, with warnings on assumptions.
 
     Order: an existing selector or required affinity on the key wins (nothing added); then the pod
     annotation; then "true" when every gpu-mem container sets CGPU_DISABLE=true; "false" when one
-    says "false"; else `policy.default`. `walked` is `podspec.containers(spec, template.path)` when the
-    caller has it.
+    says "false"; else `policy.default`. `view` is the template's view (specview.read) when the caller
+    has it.
     """
     try:
-        return _decide(template, policy, names, walked)
+        return _decide(view or specview.read(template, names), policy)
     except _WrongType as err:
         return IsolationDecision(None, (), err.violation)

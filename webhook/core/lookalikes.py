@@ -43,20 +43,14 @@ def warnings(
 ) -> list[str]:
     """One warning per container and misspelt resource name, naming the container and the likely name."""
     out: list[str] = []
-    for entry in podspec.objects(spec, walked=walked):
-        seen: set[str] = set()
-        for section, values in (("limits", entry.limits), ("requests", entry.requests)):
-            for name in values:
-                # Most names (cpu, memory, the GPU names themselves) end here, before the cache's hashing.
-                if not isinstance(name, str) or "/" not in name or name in seen or names.is_gpu(name):
-                    continue
-                seen.add(name)
-                meant = suggestion(name, names)
-                if meant is not None:
-                    raw_name = entry.body.get("name")
-                    who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
-                    shown = templates.printable(name, _RESOURCE_LIMIT)
-                    out.append(
-                        f'container "{who}": {section}[{shown}] is no GPU resource; did you mean {meant}?'
-                    )
+    items = podspec.containers(spec, "", podspec.matcher(names)) if walked is None else walked
+    for entry in podspec.objects(spec, walked=items):
+        # The container's domain-qualified names that are no GPU name, each once (podspec sorted them).
+        for section, name in entry.other_names:
+            meant = suggestion(name, names)
+            if meant is not None:
+                raw_name = entry.body.get("name")
+                who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
+                shown = templates.printable(name, _RESOURCE_LIMIT)
+                out.append(f'container "{who}": {section}[{shown}] is no GPU resource; did you mean {meant}?')
     return out

@@ -6,8 +6,8 @@ The webhook and `gpushare check` both call `evaluate`, so the same object gives 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from webhook.core import annotations as ann
 from webhook.core import (
@@ -15,11 +15,10 @@ from webhook.core import (
     isolation,
     lookalikes,
     patches,
-    podspec,
     resources,
     rules,
+    specview,
     templates,
-    wholecards,
 )
 
 # Defined beside the decision that reads it (isolation must not import verdict); kept here by name.
@@ -56,8 +55,9 @@ class Policy:
         ann.unit_mib(self.memory_unit)  # ValueError naming the unit, at startup rather than per review
 
 
-@dataclass(frozen=True, slots=True)
-class TemplateVerdict:
+# TemplateVerdict and Verdict are NamedTuples, not frozen dataclasses: one of each per review, each
+# ~0.4 us cheaper to build.
+class TemplateVerdict(NamedTuple):
     path: str
     violations: tuple[rules.Violation, ...]
     warnings: tuple[str, ...]
@@ -65,8 +65,7 @@ class TemplateVerdict:
     scheduler_name: str | None  # the schedulerName the webhook adds (Policy.scheduler_name mode), else None
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     templates: tuple[TemplateVerdict, ...]
     violations: tuple[rules.Violation, ...]  # all, in a stable order
     # De-duplicated, each <= 120 characters, no control characters; at most MAX_WARNINGS (the last then
@@ -110,7 +109,7 @@ def ratchet(found: Verdict, before: Verdict) -> Verdict:
     dropped = len(found.violations) - len(kept)
     note = clean_warning(f"{dropped} GPU resource problem(s) the object already had are left as they are")
     warnings = found.warnings if len(found.warnings) >= MAX_WARNINGS else (*found.warnings, note)
-    return replace(found, violations=kept, warnings=warnings, allowed=not kept)
+    return found._replace(violations=kept, warnings=warnings, allowed=not kept)
 
 
 def clean_warning(text: str) -> str:
@@ -146,35 +145,21 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
 
 
 def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
-    # One walk of the containers serves every rule below.
-    walked = podspec.containers(template.spec, template.path)
-    violations = rules.check_pod_spec(
-        template.metadata, template.spec, template.path, policy.names, policy.memory_unit, walked=walked
-    )
-    decision = isolation.decide(template, policy.isolation, policy.names, walked)
+    # One view of the template (its containers walked, each GPU quantity parsed once) serves every rule.
+    view = specview.read(template, policy.names)
+    violations = rules.check(view, policy.memory_unit)
+    decision = isolation.decide(template, policy.isolation, policy.names, view)
     if decision.violation is not None:
         violations.append(decision.violation)
     # Only the scheduler-name mode needs to know; a decided value already says the pod asks for gpu-mem.
     # Whole cards too: on shared nodes only the extender keeps them off GPUs that hold shares.
-    asks = policy.scheduler_name is not None and (
-        decision.value is not None
-        or isolation.asks_gpu_memory(template.spec, policy.names)
-        or wholecards.asks_cards(template.spec, policy.names)
-    )
-    scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
-    return TemplateVerdict(
-        path=template.path,
-        violations=tuple(violations),
-        warnings=_unique(
-            [
-                *decision.warnings,
-                *scheduler_warnings,
-                *lookalikes.warnings(template.spec, policy.names, walked),
-            ]
-        ),
-        isolation=decision.value,
-        scheduler_name=scheduler,
-    )
+    scheduler, warnings = None, [*decision.warnings]
+    if policy.scheduler_name is not None:
+        asks = decision.value is not None or view.asks_memory() or view.asks_cards()
+        scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
+        warnings += scheduler_warnings
+    warnings += lookalikes.warnings(template.spec, policy.names, view.items)
+    return TemplateVerdict(template.path, tuple(violations), _unique(warnings), decision.value, scheduler)
 
 
 def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
@@ -198,13 +183,12 @@ def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
     warnings: list[str] = []
     if found.truncated is not None:
         warnings.append(f"not checked from {found.truncated} on: the object is too deep or too large")
-    verdicts = tuple(_template_verdict(t, policy) for t in found.templates)
+    verdicts = tuple([_template_verdict(t, policy) for t in found.templates])
     for tv in verdicts:
         violations += tv.violations
-        # A workload may hold several templates: say which one a warning is about.
-        warnings += [f"{tv.path}: {w}" if tv.path else w for w in tv.warnings]
-    found_warnings = _capped(_unique(warnings))
-    return Verdict(verdicts, tuple(violations), found_warnings, allowed=not violations, kind=kind)
+        if tv.warnings:  # a workload may hold several templates: say which one a warning is about
+            warnings += [f"{tv.path}: {w}" if tv.path else w for w in tv.warnings]
+    return Verdict(verdicts, tuple(violations), _capped(_unique(warnings)), not violations, kind)
 
 
 def mutation_patch(pod: Mapping[str, Any], verdict: Verdict, policy: Policy) -> list[dict[str, Any]]:
