@@ -46,7 +46,8 @@ def test_get_info_names_the_driver_its_socket_and_the_services_the_kubelet_knows
     sockets = driver_server.sockets
     info = kubelet.register(sockets.registration_socket)
     assert (info.type, info.name, info.endpoint) == ("DRAPlugin", DRIVER, str(sockets.dra_socket))
-    assert list(info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    services = ["v1.DRAPlugin", "v1beta1.DRAPlugin", "v1alpha1.DRAResourceHealth"]
+    assert list(info.supported_versions) == services
     assert driver_server.registered.is_set()
     # The endpoint it named answers the DRA calls.
     assert kubelet.unprepare(info.endpoint, [("u", "ns", "c")]).claims["u"].error == ""

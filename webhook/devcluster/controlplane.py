@@ -98,6 +98,9 @@ class ControlPlane:
                 f"--etcd-servers={etcd_url}",
                 "--bind-address=127.0.0.1",
                 "--advertise-address=127.0.0.1",
+                # From 1.37 the `kubernetes` Service's endpoint reconciler refuses a loopback address; no
+                # pod here reaches the API server through that Service.
+                "--endpoint-reconciler-type=none",
                 f"--secure-port={self.port}",
                 f"--tls-cert-file={pki.crt('apiserver')}",
                 f"--tls-private-key-file={pki.key('apiserver')}",

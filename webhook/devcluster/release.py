@@ -288,9 +288,15 @@ class Release:
             ],
         )
         context = ssl._create_unverified_context()  # the scheduler's self-signed serving cert
-        process.wait_until(
-            lambda: http_status(f"https://127.0.0.1:{port}/readyz", context) == 200, 60, "ready"
-        )
+
+        def ready() -> bool:
+            # kube-scheduler serves /readyz from 1.31 on; 1.30 answers 404 there and has /healthz only.
+            status = http_status(f"https://127.0.0.1:{port}/readyz", context)
+            return status == 200 or (
+                status == 404 and http_status(f"https://127.0.0.1:{port}/healthz", context) == 200
+            )
+
+        process.wait_until(ready, 60, "ready")
         return process
 
     def device_plugin_pod(self, node: str) -> Obj:

@@ -16,6 +16,11 @@ from webhook.core import devices, draslice
 from webhook.dra.health.v1alpha1 import api_pb2 as pb
 from webhook.dra.health.v1alpha1 import api_pb2_grpc as pb_grpc
 
+# The service's name in the registration's supported versions: from 1.37 the kubelet opens the stream only
+# for a driver that lists it (k8s.io/kubelet dra-health/v1alpha1 DRAResourceHealthService); 1.36 opens it
+# regardless and ignores names it does not know.
+SERVICE = "v1alpha1.DRAResourceHealth"
+
 
 class HealthStream(pb_grpc.DRAResourceHealthServicer):
     def __init__(

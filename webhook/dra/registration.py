@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 
-from webhook.dra import server
+from webhook.dra import healthstream, server
 from webhook.dra.pluginregistration.v1 import api_pb2 as reg_pb2
 from webhook.dra.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from webhook.serving import socketfiles
@@ -59,7 +59,7 @@ class RegistrationService(reg_grpc.RegistrationServicer):
             type=PLUGIN_TYPE,
             name=self.sockets.driver,
             endpoint=str(self.sockets.dra_socket),
-            supported_versions=list(server.SERVICES),
+            supported_versions=[*server.SERVICES, healthstream.SERVICE],
         )
 
     def NotifyRegistrationStatus(  # noqa: N802 (the kubelet's method name)
