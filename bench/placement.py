@@ -94,7 +94,9 @@ def gpu_nodes(bed: Bed, group: str, sizes: list[int], gpus: int) -> dict[str, in
     return names
 
 
-def card_nodes(bed: Bed, group: str, count: int) -> None:
+def card_nodes(bed: Bed, group: str, count: int, cards: int = 8) -> None:
+    """`count` nodes of `cards` nvidia.com/gpu each (bench/dra.py asks more, for 5,000 pods on 200)."""
+
     def one(i: int) -> None:
         name = f"{group}-{i}"
         body = {
@@ -103,7 +105,7 @@ def card_nodes(bed: Bed, group: str, count: int) -> None:
             "metadata": {"name": name, "labels": {"e2e-group": group}},
         }
         node = bed.request("POST", rest.path("nodes"), body=body)
-        capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", resources.NVIDIA_GPU: "8"}
+        capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", resources.NVIDIA_GPU: str(cards)}
         node["status"] = {"capacity": capacity, "allocatable": capacity}
         bed.request("PUT", rest.path("nodes", name) + "/status", body=node)
 
