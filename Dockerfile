@@ -1,7 +1,7 @@
 # One non-root image for every part: `gpushare webhook | extender | device-plugin | ensure-certs | check`.
 # Build: docker build -t ghcr.io/gpushare/gpushare-webhook:0.1.0 .
-# tests/chart/test_image.py builds the wheel and a fresh virtualenv the way this file does and runs the
-# entry points from it (no Docker engine in CI).
+# scripts/image builds it with Debian's podman on a base of Debian's python3 (PYTHON_IMAGE), and
+# tests/e2e/test_image.py runs every entry point from it as the chart does.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
@@ -19,8 +19,10 @@ RUN PYTHON=/opt/build/bin/python bash scripts/gen-proto \
  && /opt/build/bin/pip wheel --no-deps --no-build-isolation -w /dist . \
  && python -m venv /opt/gpushare \
  && /opt/gpushare/bin/pip install -c constraints.txt /dist/*.whl \
- && /opt/gpushare/bin/pip uninstall -y pip \
+ && /opt/gpushare/bin/pip uninstall -y -q pip setuptools \
+ && rm -rf /opt/gpushare/lib/python3*/site-packages/kubernetes/aio \
  && /opt/gpushare/bin/gpushare --version
+# Above: nothing installs at run time, and the kubernetes client's asyncio copy (68 MB) is never imported.
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="gpushare-webhook" \
