@@ -8,7 +8,7 @@ import pytest
 
 from tests.admission import samples
 from webhook.admission import review, settings
-from webhook.core import resources, verdict
+from webhook.core import claims, resources, verdict
 
 MEM = "aliyun.com/gpu-mem"
 
@@ -33,6 +33,7 @@ isolation:
   default: true
 excludedNamespaces: [kube-system, gpushare]
 schedulerName: gpushare-scheduler
+dra: {shareClass: mem, wholeGpuClass: card, memoryStep: 512Mi, maxMemory: 141Gi}
 """
 
 
@@ -75,6 +76,7 @@ def test_every_config_key_is_read(tmp_path):
             default="true",
         ),
         scheduler_name="gpushare-scheduler",
+        claims=claims.ClaimPolicy("mem", "card", 512 << 20, 141 << 30),
     )
     assert s.excluded_namespaces == {"kube-system", "gpushare"}
 

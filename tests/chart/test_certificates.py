@@ -59,7 +59,7 @@ def test_provided_certificates_end_up_in_the_secret_and_every_ca_bundle() -> Non
     tls_crt = base64.b64decode(secret["data"]["tls.crt"])
     tls_key = base64.b64decode(secret["data"]["tls.key"])
     hooks = [h for c in _configurations(objects) for h in c["webhooks"]]
-    assert len(hooks) == 5
+    assert len(hooks) == 7  # pods, workloads, cronjobs, podtemplates, claims, claim templates; mutate
     for hook in hooks:
         _assert_bundle_verifies(hook["clientConfig"]["caBundle"], tls_crt, tls_key)
     assert (

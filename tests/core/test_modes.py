@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from webhook.core import modes, resources
+from webhook.core import modes, resources, verdict
 from webhook.core.allocator import Policy
 
 
@@ -74,6 +75,24 @@ def test_dra_modes_are_served_by_the_dra_driver_and_refuse_gpu_memory_pods_sayin
     problem = modes.sharing_problem({modes.MODE_LABEL: mode})
     assert problem is not None
     assert f"ack.node.gpu.schedule={mode}: the node's GPUs are shared through DRA ResourceClaims" in problem
+    # The claim to write instead, in the chart's share class; never the node's name (kube-scheduler
+    # counts nodes per distinct reason).
+    assert (
+        "name in spec.resourceClaims a ResourceClaimTemplate with spec: {spec: {devices: {requests: "
+        "[{name: gpu, exactly: {deviceClassName: gpushare-memory, capacity: {requests: {memory: <N>Gi}}}}]}}}"
+    ) in problem
+    assert "deviceClassName: mem," in str(modes.sharing_problem({modes.MODE_LABEL: mode}, share_class="mem"))
+
+
+def test_the_dra_reason_gives_a_template_the_claim_rules_accept():
+    problem = str(modes.sharing_problem({modes.MODE_LABEL: "dra"}))
+    shape = problem.split("ResourceClaimTemplate with ", 1)[1].split(", or send", 1)[0]
+    body = yaml.safe_load(shape.replace("<N>Gi", "3Gi"))
+    obj = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", **body}
+    found = verdict.evaluate(obj, verdict.Policy())
+    assert found.allowed and not found.warnings
+    (request,) = obj["spec"]["spec"]["devices"]["requests"]
+    assert request["exactly"]["capacity"]["requests"]["memory"] == "3Gi"
 
 
 @pytest.mark.parametrize("mode", ["share", "cgpu", "mps", "default", "topology"])

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from webhook.core import annotations as ann
-from webhook.core import gpumem, resources, verdict
+from webhook.core import claims, gpumem, quantity, resources, verdict
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -70,9 +70,11 @@ SERVER_KEYS: dict[str, str] = {
     "logFormat": "log_format",
     "certReloadIntervalSeconds": "cert_reload_interval_s",
 }
-RULE_KEYS = ("resources", "isolation", "schedulerName", "excludedNamespaces", "memoryUnit")
+RULE_KEYS = ("resources", "isolation", "schedulerName", "excludedNamespaces", "memoryUnit", "dra")
 RESOURCE_KEYS = ("wholeDevice", "wholeDevicePrefixes", "memory", "count")
 ISOLATION_KEYS = ("labelKey", "annotationKey", "envName", "default")
+# The chart's DRA DeviceClasses, the driver's memory step and the largest GPU memory a claim may ask.
+DRA_KEYS = ("shareClass", "wholeGpuClass", "memoryStep", "maxMemory")
 
 
 def load_config(path: Path) -> dict[str, Any]:
@@ -193,7 +195,42 @@ def policy_from_config(data: Mapping[str, Any]) -> verdict.Policy:
             ann.memory_unit(unit)
         except ValueError as exc:
             raise ConfigError(f"memoryUnit: {exc}") from None
-    return verdict.Policy(names=names, isolation=isolation, scheduler_name=scheduler, memory_unit=unit)
+    return verdict.Policy(
+        names=names,
+        isolation=isolation,
+        scheduler_name=scheduler,
+        memory_unit=unit,
+        claims=claim_policy(data),
+    )
+
+
+def claim_policy(data: Mapping[str, Any]) -> claims.ClaimPolicy:
+    """The rules for ResourceClaims from the config's `dra` key (defaults: the chart's class names, 1Gi
+    steps, 80Gi at most)."""
+    section = _section(data, "dra", DRA_KEYS)
+    values: dict[str, Any] = {}
+    for key, attr in (("shareClass", "share_class"), ("wholeGpuClass", "whole_class")):
+        if key in section:
+            values[attr] = _string(section[key], f"dra.{key}")
+    for key, attr in (("memoryStep", "step"), ("maxMemory", "max_memory")):
+        if key in section:
+            values[attr] = _bytes(section[key], f"dra.{key}")
+    try:
+        return claims.ClaimPolicy(**values)
+    except claims.PolicyError as exc:
+        raise ConfigError(f"dra: {exc}") from None
+
+
+def _bytes(value: Any, key: str) -> int:
+    """A size such as 1Gi or 80Gi, in whole bytes."""
+    try:
+        parsed = quantity.from_json(value)
+    except quantity.QuantityError as exc:
+        raise ConfigError(f"{key} must be a size such as 80Gi: {exc}") from None
+    amount = parsed.value
+    if amount <= 0 or amount.denominator != 1 or amount % claims.MIB:
+        raise ConfigError(f"{key} must be a whole number of MiB above 0, such as 80Gi, got {value!r}")
+    return int(amount)
 
 
 def excluded_from_config(data: Mapping[str, Any]) -> frozenset[str]:

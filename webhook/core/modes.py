@@ -88,8 +88,13 @@ def node_placement(labels: Mapping[str, object] | None) -> Policy | None:
         return None
 
 
-def sharing_problem(labels: Mapping[str, object] | None, memory: str = resources.GPU_MEMORY) -> str | None:
-    """Why a pod asking `memory` may not go to a node with these labels; None when the node shares.
+def sharing_problem(
+    labels: Mapping[str, object] | None,
+    memory: str = resources.GPU_MEMORY,
+    share_class: str = resources.DRA_SHARE_CLASS,
+) -> str | None:
+    """Why a pod asking `memory` may not go to a node with these labels; None when the node shares. On a
+    DRA node it gives the ResourceClaimTemplate to use instead, of class `share_class`.
 
     Names the label and its value, never the node: kube-scheduler counts nodes per distinct reason."""
     try:
@@ -99,9 +104,12 @@ def sharing_problem(labels: Mapping[str, object] | None, memory: str = resources
     if mode.shares:
         return None
     if mode.dra:
+        # The claim to write instead (docs/dra.md), so a Pending pod's events say how to fix it.
         return (
-            f"node label {MODE_LABEL}={mode.value}: the node's GPUs are shared through DRA ResourceClaims "
-            f"(a claim asking a memory capacity), not {memory}; {memory} goes to nodes labelled share, "
+            f"node label {MODE_LABEL}={mode.value}: the node's GPUs are shared through DRA ResourceClaims, "
+            f"not {memory}; name in spec.resourceClaims a ResourceClaimTemplate with spec: "
+            f"{{spec: {{devices: {{requests: [{{name: gpu, exactly: {{deviceClassName: {share_class}, "
+            f"capacity: {{requests: {{memory: <N>Gi}}}}}}}}]}}}}}}, or send the pod to nodes labelled share, "
             "cgpu or mps"
         )
     return (

@@ -21,6 +21,10 @@ WHOLE_DEVICE_DEFAULTS: tuple[str, ...] = (
 )
 WHOLE_DEVICE_PREFIX_DEFAULTS: tuple[str, ...] = ("nvidia.com/mig-",)
 
+# The chart's DRA DeviceClasses (dra.deviceClasses): shares of one GPU's memory, and whole GPUs.
+DRA_SHARE_CLASS = "gpushare-memory"
+DRA_WHOLE_CLASS = "gpushare-gpu"
+
 # Pod label asking for the pod's gpu-mem to be split evenly over several GPUs of one node.
 GPU_COUNT_LABEL = "aliyun.com/gpu-count"
 

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from webhook.core import annotations as ann
 from webhook.core import (
+    claims,
     gpumem,
     isolation,
     lookalikes,
@@ -50,6 +51,9 @@ class Policy:
     # The unit of one gpu-mem (GiB, MiB or <N>MiB), as the extender and device plugin count it; messages
     # name it and suggest values in it.
     memory_unit: str = gpumem.DEFAULT_UNIT
+    # Our DRA DeviceClasses, the driver's memory step and the largest GPU: ResourceClaims and their
+    # templates are checked against them (core/claims.py).
+    claims: claims.ClaimPolicy = field(default_factory=claims.ClaimPolicy)
 
     def __post_init__(self) -> None:
         ann.unit_mib(self.memory_unit)  # ValueError naming the unit, at startup rather than per review
@@ -169,6 +173,10 @@ def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
         return Verdict((), (problem,), (), allowed=False)
     kind = obj.get("kind")
     kind = templates.printable(kind, 63) if isinstance(kind, str) else ""
+    if kind in claims.SPEC_PATHS and claims.is_claim(obj):  # no pod template: the claim's requests
+        asked = claims.check(obj, policy.claims)
+        warned = _capped(_unique(list(asked.warnings)))
+        return Verdict((), asked.violations, warned, not asked.violations, kind)
     found = templates.scan(obj)
     violations = [
         rules.Violation(

@@ -42,3 +42,19 @@
 - cel:
     expression: {{ printf "device.driver == '%s'" .Values.dra.driverName | quote }}
 {{- end }}
+
+{{/*
+CEL: true when the claim spec at `path` (object.spec of a ResourceClaim, object.spec.spec of a template)
+has a request, or a firstAvailable subrequest, naming one of our DeviceClasses. Call with (list $ "object.spec").
+*/}}
+{{- define "gpushare.cel.asksForOurClass" -}}
+{{- $root := index . 0 -}}
+{{- $path := index . 1 -}}
+{{- $c := $root.Values.dra.deviceClasses -}}
+{{- $classes := printf "['%s', '%s']" $c.share $c.wholeGpu -}}
+{{- $guards := list -}}
+{{- $parts := splitList "." (printf "%s.devices.requests" $path) -}}
+{{- range $i, $_ := $parts }}{{ if gt $i 0 }}{{ $guards = append $guards (printf "has(%s)" (join "." (slice $parts 0 (add1 $i)))) }}{{ end }}{{ end -}}
+{{- $guards = append $guards (printf "%s.devices.requests.exists(r, has(r.exactly) && has(r.exactly.deviceClassName) && r.exactly.deviceClassName in %s || has(r.firstAvailable) && r.firstAvailable.exists(s, has(s.deviceClassName) && s.deviceClassName in %s))" $path $classes $classes) -}}
+{{- join " && " $guards -}}
+{{- end }}
