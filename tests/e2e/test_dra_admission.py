@@ -59,8 +59,8 @@ def test_a_template_asking_a_count_of_gib_is_denied_with_our_message(bed: Bed, n
         in message
     )
     assert (
-        "ResourceClaimTemplate has 1 problem with GPU resources:\nspec.spec.devices.requests[0].exactly.capacity."
-        'requests.memory: "3": is read as 3 bytes'
+        "ResourceClaimTemplate has 1 problem with GPU resources:\n"
+        'spec.spec.devices.requests[0].exactly.capacity.requests.memory: "3": is read as 3 bytes'
     ) in message
     assert message.endswith("fix: write 3Gi")
 
