@@ -27,6 +27,7 @@ class PodUse:
     assigned: bool
     used_bytes: int | None = None  # --usage: what its containers use of the GPU
     over_share: bool = False  # --usage: a container above its share longer than the plugin's grace
+    claim: str = ""  # a DRA share: the ResourceClaim holding it (`name` is then the pod using it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +155,9 @@ def _detail_lines(cluster: ClusterUse) -> list[str]:
                     cells.append(amount(held[i].used_bytes, cluster.unit) if i in held else "-")
             over = [u.gpu for u in uses if u.over_share]
             extra = [", ".join(f"GPU{i}" for i in over)] if cluster.usage else []
-            rows.append([name, namespace, *cells, assigned, *extra])
+            claims = sorted({u.claim for u in uses if u.claim})
+            shown = f"{name} (claim {', '.join(claims)})" if claims else name
+            rows.append([shown, namespace, *cells, assigned, *extra])
         out += _table(rows)
         gpus = {g.index: g for g in node.gpus}
         out.append("Allocated/Total:  " + "  ".join(_gpu_detail(i, gpus.get(i), cluster) for i in indexes))
@@ -245,6 +248,7 @@ def to_json(cluster: ClusterUse) -> dict[str, Any]:
                                 "name": p.name,
                                 "allocated": p.units,
                                 "assigned": p.assigned,
+                                **({"claim": p.claim} if p.claim else {}),
                                 **(
                                     {"usedBytes": p.used_bytes, "overShare": p.over_share}
                                     if cluster.usage
