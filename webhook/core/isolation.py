@@ -125,8 +125,22 @@ class _Affinity(NamedTuple):
 _NO_AFFINITY = _Affinity(None, None)
 
 
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def _no_required_terms(affinity: object) -> bool:
+    """Affinity that holds no required node terms, read on the happy path only: objects all the way
+    (most pods with affinity only prefer nodes, or place themselves among other pods)."""
+    if type(affinity) is not dict:
+        return False
+    node = affinity.get("nodeAffinity")
+    return node is None or (type(node) is dict and node.get(_REQUIRED) is None)
+
+
 def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinity:
     """What the required node affinity says about `key`, and whether it places the pod by node name."""
+    if _no_required_terms(spec.get("affinity")):
+        return _NO_AFFINITY
     affinity = _get(spec, "affinity", templates.OBJECT, path, "an object")
     if affinity is None:
         return _Affinity(None, None)
@@ -135,11 +149,10 @@ def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinit
     if node is None:
         return _Affinity(None, None)
     path = templates.join(path, "nodeAffinity")
-    required_key = "requiredDuringSchedulingIgnoredDuringExecution"
-    required = _get(node, required_key, templates.OBJECT, path, "an object")
+    required = _get(node, _REQUIRED, templates.OBJECT, path, "an object")
     if required is None:
         return _Affinity(None, None)
-    path = templates.join(path, required_key)
+    path = templates.join(path, _REQUIRED)
     terms = _get(required, "nodeSelectorTerms", list, path, "a list")
     allowed: set[str] = set()
     named = False

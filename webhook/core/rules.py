@@ -250,9 +250,11 @@ def check(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> list[Viol
             out += _check_container(item, names, unit)
     if view.labels is not None:
         out += _check_gpu_count(view, unit)
-    mixed = wholecards.mixed(view.spec, names, view.path, walked=view.items)
-    if mixed is not None:
-        out.append(Violation(mixed.path, mixed.container, None, *mixed.problem))
+    card = names.whole_card  # the mixed-pod rule has nothing to say where no container names cards
+    if any(card in c.limits or card in c.requests for c in view.containers):
+        mixed = wholecards.mixed(view.spec, names, view.path, walked=view.items)
+        if mixed is not None:
+            out.append(Violation(mixed.path, mixed.container, None, *mixed.problem))
     if not out:  # judged on amounts that are right otherwise: a wrong one is to be fixed first
         out += _check_init_memory(view, unit)
     if view.annotations is not None:

@@ -162,7 +162,8 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
         asks = decision.value is not None or view.asks_memory() or view.asks_cards()
         scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
         warnings += scheduler_warnings
-    warnings += lookalikes.warnings(template.spec, policy.names, view.items)
+    if any(c.other_names for c in view.containers):  # names that might be misspelt GPU names
+        warnings += lookalikes.warnings(template.spec, policy.names, view.items)
     return TemplateVerdict(template.path, tuple(violations), _unique(warnings), decision.value, scheduler)
 
 
@@ -204,11 +205,15 @@ def mutation_patch(pod: Mapping[str, Any], verdict: Verdict, policy: Policy) -> 
 
     Workloads are never patched: their Pods are, when they are created.
     """
-    if not verdict.allowed or not isinstance(pod, templates.OBJECT) or pod.get("kind") not in (None, "Pod"):
+    if not verdict.allowed or not verdict.templates:
+        return []
+    root = verdict.templates[0]  # the object's own template comes first (templates.scan: document order)
+    if root.path or (root.isolation is None and root.scheduler_name is None):
+        return []
+    if not isinstance(pod, templates.OBJECT) or pod.get("kind") not in (None, "Pod"):
         return []
     spec = pod.get("spec")
-    root = next((t for t in verdict.templates if t.path == ""), None)
-    if root is None or not isinstance(spec, templates.OBJECT):
+    if not isinstance(spec, templates.OBJECT):
         return []
     ops: list[dict[str, Any]] = []
     if root.isolation is not None:
