@@ -237,3 +237,13 @@ def test_generated_certificates_are_logged_with_their_absolute_folder(tmp_path, 
     assert files.exist()
     [record] = [r for r in caplog.records if "generated a development CA" in r.getMessage()]
     assert record.fields == {"dir": str(tmp_path / "certs")}
+
+
+def test_idle_connections_are_kept_longer_than_the_api_server_keeps_them(tmp_path):
+    # kube-apiserver's webhook client drops an idle connection after 90 s (client-go's transport,
+    # http.DefaultTransport's IdleConnTimeout); a server closing first makes it race requests onto
+    # closing connections and pay new TLS handshakes.
+    cfg = settings.build(overrides={"host": "127.0.0.1", "port": 0})
+    options = app.serve_options(cfg, tls.TlsFiles.in_dir(tmp_path))
+    assert options.keep_alive_s > 90
+    assert (options.host, options.port, options.tls) == ("127.0.0.1", 0, tls.TlsFiles.in_dir(tmp_path))
