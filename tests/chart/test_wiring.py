@@ -90,7 +90,9 @@ def test_webhook_configurations_call_the_servers_routes_through_the_service(
             assert hook["sideEffects"] == "None"
             assert hook["admissionReviewVersions"] == ["v1"]
             assert hook["timeoutSeconds"] == 5
-            assert hook["failurePolicy"] == "Fail"
+            # Claims are checked fail-open: DRA must not depend on our webhook (docs/dra.md).
+            claims = hook["name"].startswith("resourceclaim")
+            assert hook["failurePolicy"] == ("Ignore" if claims else "Fail")
             assert len(hook["name"].split(".")) >= 3
             excluded = hook["namespaceSelector"]["matchExpressions"][0]["values"]
             assert {"kube-system", render.NAMESPACE} <= set(excluded)
@@ -274,3 +276,11 @@ def test_best_fit_filter_set_to_null_keeps_the_default() -> None:
     objects = render.render(None, "--set", "extender.bestFitFilter=null")
     args = _container(objects, "Deployment", "-extender")["args"]
     assert "--best-fit-filter" in args
+
+
+def test_claims_failure_policy_is_its_own_value() -> None:
+    objects = render.render({"webhook": {"claimsFailurePolicy": "Fail", "failurePolicy": "Ignore"}})
+    hooks = render.find(objects, "ValidatingWebhookConfiguration")["webhooks"]
+    policies = {hook["name"].split(".")[0]: hook["failurePolicy"] for hook in hooks}
+    assert policies["resourceclaims"] == policies["resourceclaimtemplates"] == "Fail"
+    assert policies["pods"] == "Ignore"

@@ -148,9 +148,14 @@ caBundle: {{ $ca }}
 
 {{/* Fields every webhook of both configurations shares. */}}
 {{- define "gpushare.webhook.common" -}}
+failurePolicy: {{ .Values.webhook.failurePolicy }}
+{{ include "gpushare.webhook.settings" . }}
+{{- end }}
+
+{{/* Every webhook's settings but its failurePolicy. */}}
+{{- define "gpushare.webhook.settings" -}}
 admissionReviewVersions: ["v1"]
 sideEffects: None
-failurePolicy: {{ .Values.webhook.failurePolicy }}
 timeoutSeconds: {{ .Values.webhook.timeoutSeconds }}
 matchPolicy: Equivalent
 namespaceSelector:
