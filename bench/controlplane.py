@@ -9,6 +9,10 @@ profile, which calls our extender for filter, prioritize and bind; (b) pods aski
 on nodes advertising 8 whole GPUs, scheduled by the same kube-scheduler binary and client settings with
 no extender. Pods are created first with their scheduler stopped; the clock runs from the scheduler's
 start (spawn, start-up included) to the last pod bound. Goal (issue 10): (a) >= 0.5x (b).
+
+Beside our webhook runs a no-op one on the same stack for the same pods (bench/admission_apiserver.py,
+which compares the two in detail): the mutating webhook's mean as kube-apiserver sees it is printed beside
+the no-op's.
 """
 # ruff: noqa: E501  (report lines are kept whole)
 
@@ -25,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import admission_apiserver
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -147,6 +152,9 @@ def main() -> None:
     try:
         bed.install()
         bed.start_webhook()
+        # A no-op webhook on the same stack for the same pods: what any webhook costs the API server.
+        noop_port = admission_apiserver.start_noop(bed)[1]
+        admission_apiserver.register_copy(bed, noop_port, admission_apiserver.NOOP)
         bed.start_extender()
         print(
             f"kube-apiserver/kube-scheduler {bins.name}; {args.nodes} nodes x 8 GPUs; {args.pods} pods per run"
@@ -201,8 +209,16 @@ def main() -> None:
             "apiserver_admission_webhook_admission_duration_seconds",
             'name="pods.mutate.gpushare.aliyun.com"',
         )
+        noop, _ = _histogram_mean(
+            api_metrics,
+            "apiserver_admission_webhook_admission_duration_seconds",
+            f'name="{admission_apiserver.NOOP}pods.mutate.gpushare.aliyun.com"',
+        )
         own = {m.group(1) for m in re.finditer(r"^(gpushare_webhook_\w*duration\w*)_sum", ours, re.M)}
-        print(f"mutating webhook as kube-apiserver sees it: mean {seen * 1000:.2f} ms over {n:.0f} calls")
+        print(
+            f"mutating webhook as kube-apiserver sees it: mean {seen * 1000:.2f} ms over {n:.0f} calls; "
+            f"a no-op webhook on the same stack for the same pods: {noop * 1000:.2f} ms ({seen / noop:.2f}x)"
+        )
         for metric in sorted(own):
             mean, count = _histogram_mean(ours, metric, 'endpoint="mutate"')
             print(f"the webhook's own {metric} (/mutate): mean {mean * 1000:.2f} ms over {count:.0f}")
