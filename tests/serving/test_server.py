@@ -244,3 +244,9 @@ def test_an_app_server_that_never_ran_releases_its_socket_on_stop():
     srv.stop()
     with socket.create_server(("127.0.0.1", port)):
         pass
+
+
+def test_idle_connections_are_kept_longer_than_kube_apiserver_and_kube_scheduler_keep_them():
+    # Both call us through Go transports that drop an idle connection after 90 s; the webhook and the
+    # extender serve with this default.
+    assert server.ServeOptions().keep_alive_s > 90

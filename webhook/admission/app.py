@@ -213,12 +213,6 @@ def prepare_certs(settings: AdmissionSettings, now: datetime) -> tls.TlsFiles:
     return files
 
 
-# Longer than any client keeps an idle connection: kube-apiserver's webhook client (client-go's
-# transport, http.DefaultTransport's IdleConnTimeout) keeps one for 90 s. Were the server to close first,
-# the API server would race a request onto a connection being closed, and pay a new TLS handshake.
-KEEP_ALIVE_S = 120
-
-
 def serve_options(settings: AdmissionSettings, files: tls.TlsFiles) -> server.ServeOptions:
     """How the webhook serves (also what bench/admission_apiserver.py serves its no-op reference with)."""
     return server.ServeOptions(
@@ -226,7 +220,6 @@ def serve_options(settings: AdmissionSettings, files: tls.TlsFiles) -> server.Se
         port=settings.port,
         tls=files,
         cert_reload_interval_s=settings.cert_reload_interval_s,
-        keep_alive_s=KEEP_ALIVE_S,
     )
 
 

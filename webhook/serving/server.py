@@ -46,7 +46,10 @@ class ServeOptions:
     tls: tls.TlsFiles | None = None  # None serves plain HTTP
     cert_reload_interval_s: float = 1.0
     graceful_shutdown_s: float = 10.0  # for requests already read; half-received ones are closed at once
-    keep_alive_s: int = 30  # longer than the API server's idle connections are kept (client-go: 90 s max)
+    # Longer than any of our clients keeps an idle connection: kube-apiserver's webhook client and
+    # kube-scheduler's extender client (Go transports) keep one 90 s. Were the server to close first, the
+    # client would race a request onto a connection being closed, and pay a new TLS handshake.
+    keep_alive_s: int = 120
     backlog: int = 2048
     limits: protocol.Limits = field(default_factory=protocol.Limits)
     # asyncio's defaults (60 s, 30 s) let a client that never finishes the handshake, or never reads our
