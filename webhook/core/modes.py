@@ -124,4 +124,10 @@ def placement_policy(
     """The placement order: the pod's `gpushare.aliyun.com/placement-policy` annotation, else the node's
     `ack.node.gpu.placement` label (`node_policy`, from `node_placement`), else `default` (the extender's
     --policy, binpack unless set). Unknown values fall through to the next."""
-    return allocator.policy_of(pod_annotations, node_policy or default)
+    return chosen_policy(allocator.pod_policy(pod_annotations), node_policy, default)
+
+
+def chosen_policy(pod_policy: Policy | None, node_policy: Policy | None, default: Policy) -> Policy:
+    """`placement_policy` with the pod's annotation already read (`allocator.pod_policy`): filter reads it
+    once for every node of a call."""
+    return pod_policy or node_policy or default

@@ -157,7 +157,7 @@ def _best_quick(
         ledger = cache.ledger(name)
         if ledger is None:
             continue
-        policy = fixed or cache.placement(name) or default_policy
+        policy = modes.chosen_policy(fixed, cache.placement(name), default_policy)
         value = ranking.quick_rank(need, ledger.free_asc(), policy)
         if value is not None:
             found.add(name, policy, value)
