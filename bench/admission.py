@@ -50,11 +50,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.admission import asgi
 from webhook.admission import app as admission_app
-from webhook.admission import codec, review
+from webhook.admission import review
 from webhook.admission import settings as admission_settings
 from webhook.core import verdict
 from webhook.serving import body as body_limit
-from webhook.serving import logs, metrics, probes, server, tls
+from webhook.serving import jsonbody, logs, metrics, probes, server, tls
 
 _FIXED = json.dumps(
     {
@@ -97,9 +97,9 @@ class BareApp:
 
 class ParseApp(BareApp):
     """A ceiling: what any webhook must do before its first rule. The body decoded with the webhook's
-    codec, the envelope checked (`review.parse`) and the uid echoed in an allowed answer; no rules. With
-    `log_line`, also the metric and the log line per review that issue 12 asks for. Printed to show how
-    far below the no-op even these reach; the goal stays against the no-op."""
+    JSON decoder (serving/jsonbody.py), the envelope checked (`review.parse`) and the uid echoed in an
+    allowed answer; no rules. With `log_line`, also the metric and the log line per review that issue 12
+    asks for. Printed to show how far below the no-op even these reach; the goal stays against the no-op."""
 
     def __init__(self, log_line: bool = False) -> None:
         super().__init__()
@@ -107,10 +107,10 @@ class ParseApp(BareApp):
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         start = time.perf_counter()
-        data = codec.decode(await body_limit.receive_body(scope["headers"], receive, 1 << 20))
+        data = jsonbody.decode(await body_limit.receive_body(scope["headers"], receive, 1 << 20))
         req = review.parse(data)
         result = review.Result(review.envelope({"uid": req.uid, "allowed": True}), req, "allowed")
-        content = codec.encode(result.review)
+        content = jsonbody.encode(result.review)
         if self.stats is not None:
             elapsed = time.perf_counter() - start
             self.stats.observe("validate", result.outcome, elapsed)
@@ -223,11 +223,11 @@ def in_process(kinds: tuple[str, ...], count: int) -> dict[str, dict[str, Any]]:
 
     def parts(path: str) -> dict[str, float]:
         """The webhook's own steps: orjson decode, and `review.review` (parse, the core rules, patch)."""
-        data = codec.decode(body)
+        data = jsonbody.decode(body)
         policy = review.Policy(rules=verdict.Policy())
         name: review.Endpoint = "mutate" if path == "/mutate" else "validate"
         return {
-            "decode": best_of_five(lambda: codec.decode(body)),
+            "decode": best_of_five(lambda: jsonbody.decode(body)),
             "review": best_of_five(lambda: review.review(data, name, policy)),
         }
 

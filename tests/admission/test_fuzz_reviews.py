@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from tests.admission import asgi, samples
 from tests.admission import test_fuzz as fuzz
-from webhook.admission import codec
+from webhook.serving import jsonbody
 
 EXAMPLES = int(os.environ.get("GPUSHARE_FUZZ_EXAMPLES", "2000"))
 SEED = os.environ.get("GPUSHARE_FUZZ_SEED")  # unset: the same cases every CI run
@@ -112,8 +112,8 @@ def reviews(draw: st.DrawFn) -> bytes:
 @given(raw=reviews(), path=st.sampled_from(["/validate", "/mutate"]))
 def test_any_review_gets_a_200_or_a_400_never_a_500_nor_a_traceback(raw, path):
     try:
-        sent = codec.decode(raw)
-    except codec.DecodeError:
+        sent = jsonbody.decode(raw)
+    except jsonbody.DecodeError:
         sent = None
     tracebacks = asgi.Tracebacks()
     root = logging.getLogger()

@@ -273,10 +273,10 @@ def test_no_body_on_any_verb_gets_a_500_or_logs_a_traceback(post):
         (
             "bind",
             b'{"PodName": "\\ud800", "PodNamespace": "default", "PodUID": "x", "Node": "n1"}',
-            "not found",
+            "request body is not JSON: no low surrogate in string",
         ),
         ("bind", b'{"PodName": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested too deeply"),
-        ("prioritize", b'{"Pod": {}, "NodeNames": NaN}', "NaN is not valid JSON"),
+        ("prioritize", b'{"Pod": {}, "NodeNames": NaN}', "request body is not JSON: unexpected character"),
     ],
     ids=[
         "deep-pod",

@@ -24,11 +24,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
-from webhook.admission import codec, review
+from webhook.admission import review
 from webhook.admission.settings import AdmissionSettings
 from webhook.core import certificates
 from webhook.serving import body as body_limit
-from webhook.serving import logs, metrics, probes, server, tls
+from webhook.serving import jsonbody, logs, metrics, probes, server, tls
 
 log = logging.getLogger("webhook.admission")
 
@@ -82,12 +82,12 @@ class ReviewEndpoint:
             # The caller gave up (its timeout, or ours closed it); nothing will read an answer.
             return 400, _error("client disconnected before sending the whole body"), "disconnected", None
         try:
-            data = codec.decode(body)
-        except codec.DecodeError as exc:
+            data = jsonbody.decode(body)
+        except jsonbody.DecodeError as exc:
             return 400, _error(f"body is not valid JSON: {exc}"), "bad_request", None
         try:
             result = review.review(data, self.name, self.policy)
-            content = codec.encode(result.review)
+            content = jsonbody.encode(result.review)
         except review.ReviewError as exc:
             return 400, _error(str(exc)), "bad_request", None
         except Exception:
@@ -177,7 +177,7 @@ def _generate_name(req: review.Request) -> str:
 
 
 def _error(message: str) -> bytes:
-    return codec.encode(review.error_body(message))
+    return jsonbody.encode(review.error_body(message))
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

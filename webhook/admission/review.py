@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-from webhook.admission import codec
 from webhook.core import verdict
+from webhook.serving import jsonbody
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -168,7 +168,7 @@ def review(body: Any, endpoint: Endpoint, policy: Policy) -> Result:
     if endpoint == "mutate":
         ops = verdict.mutation_patch(req.obj, found, policy.rules)
         if ops:
-            raw = codec.encode(ops)
+            raw = jsonbody.encode(ops)
             response["patch"] = binascii.b2a_base64(raw, newline=False).decode("ascii")  # base64.b64encode
             response["patchType"] = "JSONPatch"
             return Result(envelope(response), req, "patched")

@@ -311,7 +311,7 @@ def _constant_error(source: str, text: str, start: int, name: str) -> ReadError:
 
 
 def _read_json(source: str, text: str) -> list[Item] | ReadError:
-    # As the webhook decodes reviews (admission/codec.py): wide integers read, NaN and Infinity refused.
+    # As the webhook decodes reviews (serving/jsonbody.py): wide integers read, NaN and Infinity refused.
     decoder = json.JSONDecoder(parse_int=jsonnumbers.read_int, parse_constant=_refuse_constant)
     items: list[Item] = []
     pos = len(text) - len(text.lstrip())

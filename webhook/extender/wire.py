@@ -7,12 +7,12 @@ absent pointers/maps are `null` (as Go's encoding/json writes k8s.io/kube-schedu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from webhook.core import jsonnumbers, templates
+from webhook.core import templates
+from webhook.serving import jsonbody
 
 
 class WireError(ValueError):
@@ -67,14 +67,14 @@ class BindingArgs:
 
 
 def parse_json(body: bytes) -> Any:
+    """The body as the webhook reads a review (strict JSON, wide numbers as floats), in words on error."""
     try:
-        # Python accepts NaN and Infinity; Go's encoding/json (kube-scheduler's side) never writes them.
-        return json.loads(body, parse_int=jsonnumbers.read_int, parse_constant=jsonnumbers.refuse_constant)
-    except (ValueError, UnicodeDecodeError) as err:
-        raise WireError(f"request body is not JSON: {err}") from None
-    except RecursionError:
-        # No Pod or Node is nested hundreds of levels deep; the decoder's stack is what ran out.
+        return jsonbody.decode(body)
+    except jsonbody.TooDeep:
+        # No Pod or Node is nested anywhere near a thousand levels deep.
         raise WireError("request body is nested too deeply to be ExtenderArgs") from None
+    except jsonbody.DecodeError as err:
+        raise WireError(f"request body is not JSON: {err}") from None
 
 
 def _field(obj: Mapping[str, Any], name: str) -> Any:

@@ -1,12 +1,14 @@
-"""JSON bytes <-> Python values for reviews, with orjson (~10x the stdlib's speed on a 4 KB review).
+"""JSON request bodies <-> Python values, with orjson (~3-10x the stdlib's speed): the webhook's reviews
+and the extender's ExtenderArgs and BindingArgs.
 
     decode(b'{"a": 1}') -> {"a": 1}         DecodeError("...") for anything that is not strict JSON
     encode({"a": 1})   -> b'{"a":1}'
 
-Strict: NaN/Infinity literals, invalid UTF-8 and lone surrogates are errors (the API server, written in
-Go, never sends them). Numbers beyond the 64-bit range are not: orjson reads them as floats, and one past
-the double range (or 4,300 digits, the stdlib's int limit) reads as +-infinity, so a review that holds one
-still gets an answer; a GPU field holding it is then denied for its type like any other number.
+Strict: NaN/Infinity literals, invalid UTF-8 and lone surrogates are errors (the API server and
+kube-scheduler, written in Go, never send them); nesting past 1,024 levels is TooDeep. Numbers beyond the
+64-bit range are not errors: orjson reads them as floats, and one past the double range (or 4,300 digits,
+the stdlib's int limit) reads as +-infinity, so a body that holds one still gets an answer; a GPU field
+holding it is then refused for its value like any other number.
 """
 
 from __future__ import annotations
@@ -23,11 +25,18 @@ class DecodeError(ValueError):
     """The body is not strict JSON; the message says where, e.g. `unexpected character: line 1 ...`."""
 
 
+class TooDeep(DecodeError):
+    """Nested deeper than any Kubernetes object is (orjson's limit, 1,024 levels)."""
+
+
 def decode(body: bytes) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        if "number" not in str(exc):  # orjson's only refusal of valid JSON: a number out of range
+        text = str(exc)
+        if text.startswith("depth limit"):
+            raise TooDeep(_first_line(exc)) from None
+        if "number" not in text:  # orjson's only refusal of valid JSON: a number out of range
             raise DecodeError(_first_line(exc)) from None
     return _decode_wide_numbers(body)
 
@@ -37,7 +46,9 @@ def _decode_wide_numbers(body: bytes) -> Any:
     try:
         value = json.loads(body, parse_int=jsonnumbers.read_int, parse_constant=jsonnumbers.refuse_constant)
         orjson.dumps(value)  # lone surrogates: the one thing the stdlib lets through and orjson does not
-    except (ValueError, RecursionError, orjson.JSONEncodeError) as exc:
+    except RecursionError as exc:
+        raise TooDeep(_first_line(exc)) from None
+    except (ValueError, orjson.JSONEncodeError) as exc:
         raise DecodeError(_first_line(exc)) from None
     return value
 
