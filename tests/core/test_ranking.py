@@ -137,3 +137,26 @@ def test_binpack_best_node_holds_the_clusters_tightest_gpu(nodes, need):
         assert isinstance(placed, Fit)
         (gpu,) = placed.allocation.per_gpu()
         assert cluster[name][gpu].free - need == tightest
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(free_lists, st.sampled_from([None, Policy.BINPACK, Policy.SPREAD]), st.booleans()),
+        min_size=0,
+        max_size=8,
+    ),
+    need=st.integers(1, 32),
+    default=st.sampled_from(list(Policy)),
+)
+def test_best_quick_is_best_of_quick_rank_in_the_order_given(nodes, need, default):
+    names = [f"n{i}" for i in range(len(nodes))][::-1]  # kube-scheduler's order need not be sorted
+    free_asc = {f"n{i}": tuple(sorted(free)) for i, (free, _, known) in enumerate(nodes) if known}
+    policies = {f"n{i}": policy for i, (_, policy, _) in enumerate(nodes) if policy is not None}
+    expected: dict[str, tuple[Policy, ranking.Rank]] = {}
+    for name in names:
+        policy = policies.get(name) or default
+        value = ranking.quick_rank(need, free_asc[name], policy) if name in free_asc else None
+        if value is not None:
+            expected[name] = (policy, value)
+    assert ranking.best_quick(need, names, free_asc, policies, default) == ranking.best(expected)

@@ -90,6 +90,7 @@ class Cache:
         # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
         self._largest: dict[str, int] = {}
         self._capacity: dict[str, int] = {}  # and of its largest healthy GPU, for the same nodes
+        self._free_asc: dict[str, tuple[int, ...]] = {}  # and free per healthy GPU, smallest first
         self._dirty: set[str] = set()
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
@@ -378,12 +379,24 @@ class Cache:
                 if ledger is None or name not in self._nodes:
                     self._largest.pop(name, None)
                     self._capacity.pop(name, None)
+                    self._free_asc.pop(name, None)
                     continue
                 free = ledger.free_desc()
                 self._largest[name] = free[0] if free else -1
                 self._capacity[name] = ledger.largest_memory()
+                self._free_asc[name] = ledger.free_asc()
             self._dirty.clear()
         return self._largest
+
+    def free_asc(self) -> Mapping[str, tuple[int, ...]]:
+        """Per known node, the free memory of each healthy GPU, smallest first: what filter's best fit
+        ranks every node by (`ranking.best_quick`). Hold `locked()` while using it."""
+        self.largest_free()
+        return self._free_asc
+
+    def placements(self) -> Mapping[str, allocator.Policy]:
+        """The nodes whose `ack.node.gpu.placement` label names a policy, with it. Hold `locked()`."""
+        return self._placements
 
     def largest_gpu(self) -> Mapping[str, int]:
         """Per known node, the memory of its largest healthy GPU, used or not (-1: none healthy): a pod

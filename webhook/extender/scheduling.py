@@ -149,19 +149,12 @@ def _best_quick(
     default_policy: allocator.Policy,
 ) -> list[str]:
     """The best of `names` for a pod that goes whole on one GPU: keys from each node's free memory per
-    GPU (kept sorted by the ledger), without building a placement. Hold `cache.locked()`. Filter runs this
-    for every node kube-scheduler sends, so the policy is read once and each node costs a bisection."""
-    found = ranking.Best()
-    fixed = allocator.pod_policy(notes)  # the pod's annotation wins over every node's label
-    for name in names:
-        ledger = cache.ledger(name)
-        if ledger is None:
-            continue
-        policy = modes.chosen_policy(fixed, cache.placement(name), default_policy)
-        value = ranking.quick_rank(need, ledger.free_asc(), policy)
-        if value is not None:
-            found.add(name, policy, value)
-    return found.names(names)
+    GPU, without building a placement. Hold `cache.locked()`. The pod's policy annotation wins over every
+    node's label (modes.chosen_policy), so with one the nodes' labels are not looked at."""
+    fixed = allocator.pod_policy(notes)
+    policies: Mapping[str, allocator.Policy] = {} if fixed else cache.placements()
+    default = modes.chosen_policy(fixed, None, default_policy)
+    return ranking.best_quick(need, names, cache.free_asc(), policies, default)
 
 
 def _judge(
