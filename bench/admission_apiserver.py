@@ -30,24 +30,23 @@ import socket
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import realbed
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e import objects
-from tests.e2e.bed import FULLNAME, Bed, admin_api
+from tests.e2e.bed import FULLNAME, Bed
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
-from webhook.devcluster import binaries
 from webhook.devcluster import pki as pkimod
-from webhook.devcluster.controlplane import ControlPlane, free_port
+from webhook.devcluster.controlplane import free_port
 from webhook.devcluster.process import Process, ProcessError
 from webhook.kube import rest
 from webhook.serving import server, tls
@@ -292,15 +291,8 @@ def main() -> None:
         port, cert, key = args.serve_noop
         serve_noop(int(port), Path(cert), Path(key))
         return
-    bins = binaries.locate()
-    if bins is None:
-        raise SystemExit("run scripts/kube-bins first (needs Go)")
-    cp = ControlPlane(bins, Path(tempfile.mkdtemp(prefix="gpushare-bench-"))).start()
-    api = admin_api(cp)
-    bed = Bed(cp, cp.workdir / "bed", api)
-    bed.root.mkdir()
-    try:
-        bed.install()
+    with realbed.started("gpushare-bench-") as bed:
+        cp = bed.cp
         ours = restart_with_json_logs(bed, bed.start_webhook(), "webhook")
         noop, noop_port = start_noop(bed)
         register_copy(bed, noop_port, NOOP)
@@ -337,7 +329,7 @@ def main() -> None:
         own_after = own_handling(bed.webhook_port, cp.pki.ca_crt)
         text = cp.get_raw("/metrics").decode()
         print(
-            f"kube-apiserver {bins.name}; {args.pods} GPU pods created by {args.threads} threads in {elapsed:.1f} s "
+            f"kube-apiserver {bed.cp.bins.name}; {args.pods} GPU pods created by {args.threads} threads in {elapsed:.1f} s "
             f"({args.pods / elapsed:.0f} pods/s); load average {load:.1f} before, {os.getloadavg()[0]:.1f} after, "
             f"{os.cpu_count()} cpus"
         )
@@ -390,10 +382,6 @@ def main() -> None:
                 f"our webhook's own handling of /{endpoint}: mean {total / count * 1000 if count else float('nan'):.3f} ms over {count:.0f}"
             )
         sys.exit(0 if ok else 1)
-    finally:
-        bed.stop_all()
-        cp.stop()
-        api.close()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import argparse
 import re
 import ssl
 import sys
-import tempfile
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -30,15 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import admission_apiserver
+import realbed
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e import objects
-from tests.e2e.bed import Bed, admin_api
+from tests.e2e.bed import Bed
 from webhook.core import resources
-from webhook.devcluster import binaries
-from webhook.devcluster.controlplane import ControlPlane, free_port
+from webhook.devcluster.controlplane import free_port
 from webhook.devcluster.process import Process
 from webhook.kube import rest
 
@@ -142,22 +141,15 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=100)
     parser.add_argument("--pods", type=int, default=800)
     args = parser.parse_args()
-    bins = binaries.locate()
-    if bins is None:
-        raise SystemExit("run scripts/kube-bins first (needs Go)")
-    cp = ControlPlane(bins, Path(tempfile.mkdtemp(prefix="gpushare-bench-"))).start()
-    api = admin_api(cp)
-    bed = Bed(cp, cp.workdir / "bed", api)
-    bed.root.mkdir()
-    try:
-        bed.install()
+    with realbed.started("gpushare-bench-") as bed:
+        cp = bed.cp
         bed.start_webhook()
         # A no-op webhook on the same stack for the same pods: what any webhook costs the API server.
         noop_port = admission_apiserver.start_noop(bed)[1]
         admission_apiserver.register_copy(bed, noop_port, admission_apiserver.NOOP)
         bed.start_extender()
         print(
-            f"kube-apiserver/kube-scheduler {bins.name}; {args.nodes} nodes x 8 GPUs; {args.pods} pods per run"
+            f"kube-apiserver/kube-scheduler {bed.cp.bins.name}; {args.nodes} nodes x 8 GPUs; {args.pods} pods per run"
         )
         _nodes(bed, "share", args.nodes, whole=False)
         _nodes(bed, "whole", args.nodes, whole=True)
@@ -232,10 +224,6 @@ def main() -> None:
                 extender, "gpushare_extender_request_duration_seconds", f'endpoint="{route}"'
             )
             print(f"the extender's own {route} time: mean {mean * 1000:.2f} ms over {count:.0f} calls")
-    finally:
-        bed.stop_all()
-        cp.stop()
-        api.close()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

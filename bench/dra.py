@@ -45,15 +45,14 @@ from pathlib import Path
 from typing import Any
 
 import placement  # the script's directory is on sys.path when it runs
+import realbed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.dra import kubelet as standin_kubelet
 from tests.e2e import dra, objects
-from tests.e2e.bed import Bed, admin_api
+from tests.e2e.bed import Bed
 from webhook.core import devices, draslice, modes, resources
-from webhook.devcluster import binaries
-from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.process import Process
 from webhook.gpus import inventory
 from webhook.kube import errors, rest
@@ -355,27 +354,15 @@ def main() -> None:
     parser.add_argument("--skip-packing", action="store_true")
     parser.add_argument("--skip-speed", action="store_true")
     args = parser.parse_args()
-    bins = binaries.locate()
-    if bins is None:
-        raise SystemExit("run scripts/kube-bins first (needs Go)")
-    cp = ControlPlane(bins, Path(tempfile.mkdtemp(prefix="gpushare-dra-bench-"))).start()
-    api = admin_api(cp)
-    bed = Bed(cp, cp.workdir / "bed", api)
-    bed.root.mkdir()
-    try:
-        bed.install()
+    with realbed.started("gpushare-dra-bench-") as bed:
         bed.start_webhook()
         bed.start_extender()
         dra.install(bed)
-        print(f"binaries {bins.name}; {os.cpu_count()} CPUs; {load()}")
+        print(f"binaries {bed.cp.bins.name}; {os.cpu_count()} CPUs; {load()}")
         if not args.skip_packing:
             packing(bed, args)
         if not args.skip_speed:
             speed(bed, args)
-    finally:
-        bed.stop_all()
-        cp.stop()
-        api.close()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":

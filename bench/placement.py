@@ -27,22 +27,22 @@ import re
 import ssl
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import realbed
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e import objects, placement
-from tests.e2e.bed import Bed, admin_api
+from tests.e2e.bed import Bed
 from webhook.core import resources
-from webhook.devcluster import binaries
-from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.process import Process
 from webhook.kube import rest, watch
 
@@ -159,23 +159,54 @@ def cpu_seconds(processes: list[Process]) -> dict[str, float]:
     return out
 
 
-def api_requests(bed: Bed) -> Counter[tuple[str, str]]:
-    """Requests kube-apiserver served (verb, resource[/subresource]) and those it sent etcd
-    ("etcd " + operation, resource type), counted so far."""
-    counts: Counter[tuple[str, str]] = Counter()
-    pattern = re.compile(r"^(apiserver_request_total|etcd_requests_total)\{([^}]*)\} (\S+)$")
+def tcp_opened() -> int:
+    """TCP connections this machine has accepted so far (/proc/net/snmp Tcp PassiveOpens). In a run's
+    window only kube-scheduler opens new ones (to the extender: Go keeps 2 idle connections per host on
+    HTTP/1.1, so binds in flight past that close theirs and the next ones handshake anew)."""
+    header, values = (
+        line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Tcp:")
+    )
+    return int(values[header.index("PassiveOpens")])
+
+
+def apiserver_metrics(bed: Bed, *names: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of each sample of `names` on kube-apiserver's /metrics."""
+    pattern = re.compile(rf"^({'|'.join(map(re.escape, names))})\{{([^}}]*)\}} (\S+)$")
     for line in bed.cp.get_raw("/metrics").decode().splitlines():
         m = pattern.match(line)
-        if not m:
-            continue
-        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
-        if m.group(1) == "etcd_requests_total":
-            key = ("etcd " + labels.get("operation", ""), labels.get("type", ""))
+        if m:
+            yield m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))
+
+
+def api_requests(bed: Bed) -> Counter[tuple[str, str]]:
+    """Requests kube-apiserver served (verb, resource[/subresource]) and those it sent etcd
+    ("etcd " + operation, resource type), counted so far; ("ms", "pods/binding"): its milliseconds spent
+    on Bindings."""
+    counts: Counter[tuple[str, str]] = Counter()
+    names = ("apiserver_request_total", "etcd_requests_total", "apiserver_request_duration_seconds_sum")
+    for name, labels, value in apiserver_metrics(bed, *names):
+        sub = labels.get("subresource", "")
+        if name == "apiserver_request_duration_seconds_sum":
+            if sub == "binding":
+                counts[("ms", "pods/binding")] += int(1000 * value)
+        elif name == "etcd_requests_total":
+            counts[("etcd " + labels.get("operation", ""), labels.get("type", ""))] += int(value)
         else:
-            sub = labels.get("subresource", "")
-            key = (labels.get("verb", ""), labels.get("resource", "") + (f"/{sub}" if sub else ""))
-        counts[key] += int(float(m.group(3)))
+            counts[(labels.get("verb", ""), labels.get("resource", "") + (f"/{sub}" if sub else ""))] += int(
+                value
+            )
     return counts
+
+
+def apf_waits(bed: Bed) -> dict[tuple[str, str], tuple[float, float]]:
+    """API Priority and Fairness: (seconds waited in queue, requests) so far per (priority level, flow
+    schema), from kube-apiserver's apiserver_flowcontrol_request_wait_duration_seconds."""
+    waits: dict[tuple[str, str], list[float]] = {}
+    prefix = "apiserver_flowcontrol_request_wait_duration_seconds"
+    for name, labels, value in apiserver_metrics(bed, f"{prefix}_sum", f"{prefix}_count"):
+        cell = waits.setdefault((labels.get("priority_level", ""), labels.get("flow_schema", "")), [0.0, 0.0])
+        cell[0 if name.endswith("_sum") else 1] += value
+    return {key: (total, count) for key, (total, count) in waits.items()}
 
 
 def extender_times(bed: Bed) -> str:
@@ -290,6 +321,8 @@ def speed(
     total = len(bodies)
     low, high = total // 10, total * 9 // 10
     marks: dict[str, Any] = {}
+    waits: dict[str, dict[tuple[str, str], tuple[float, float]]] = {}
+    opened: dict[str, int] = {}
     with Bindings(bed, ns) as seen:
         t0 = time.monotonic()
         process: Process = start()
@@ -300,6 +333,8 @@ def speed(
                     raise SystemExit(f"{label}: only {seen.count()}/{total} bound; logs in {bed.cp.logs}")
                 time.sleep(0.01)
             marks[name] = (time.monotonic(), seen.count(), cpu_seconds(watched), api_requests(bed))
+            waits[name] = apf_waits(bed)
+            opened[name] = tcp_opened()
         while seen.count() < total and time.monotonic() - seen.last_change < 15:
             time.sleep(0.1)
     stop(bed, process)
@@ -323,6 +358,8 @@ def speed(
     )
     if label.startswith("gpu-mem"):
         print("    the extender's own time per call: " + extender_times(bed))
+    binding_ms = requests.pop(("ms", "pods/binding"), 0.0) * pods
+    bindings = requests.get(("POST", "pods/binding"), 0.0) * pods
     busiest = sorted(
         ((k, n) for k, n in requests.items() if not k[0].startswith("etcd ")), key=lambda kv: -kv[1]
     )[:8]
@@ -331,6 +368,16 @@ def speed(
     ]
     print("    API requests per pod: " + ", ".join(f"{verb} {res} {n:.2f}" for (verb, res), n in busiest))
     print("    etcd requests per pod: " + ", ".join(f"{op[5:]} {res} {n:.2f}" for (op, res), n in etcd))
+    queued = []
+    for key, (waited, served) in sorted(waits["high"].items()):
+        before = waits["low"].get(key, (0.0, 0.0))
+        if served - before[1] >= pods / 10:
+            mean = 1000 * (waited - before[0]) / (served - before[1])
+            queued.append(f"{key[0]}/{key[1]} {mean:.2f} ms x {served - before[1]:.0f}")
+    print("    API Priority and Fairness, mean wait in queue: " + ", ".join(queued))
+    print(f"    new TCP connections (TLS handshakes) per pod: {(opened['high'] - opened['low']) / pods:.2f}")
+    if bindings:
+        print(f"    kube-apiserver's mean time per Binding: {binding_ms / bindings:.1f} ms")
     return {"rate": rate, "cpu": cpu, "net": net}
 
 
@@ -399,19 +446,11 @@ def main() -> None:
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-reference", action="store_true", help="speed: only the run with the extender")
     args = parser.parse_args()
-    bins = binaries.locate()
-    if bins is None:
-        raise SystemExit("run scripts/kube-bins first (needs Go)")
-    cp = ControlPlane(bins, Path(tempfile.mkdtemp(prefix="gpushare-placement-"))).start()
-    api = admin_api(cp)
-    bed = Bed(cp, cp.workdir / "bed", api)
-    bed.root.mkdir()
-    try:
-        bed.install()
+    with realbed.started("gpushare-placement-") as bed:
         bed.start_webhook()
         bed.start_extender()
         print(
-            f"binaries {bins.name}; {os.cpu_count()} CPUs; chart profile (scheduler.mode=second) + extender"
+            f"binaries {bed.cp.bins.name}; {os.cpu_count()} CPUs; chart profile (scheduler.mode=second) + extender"
         )
         if not args.skip_packing:
             print(
@@ -461,10 +500,6 @@ def main() -> None:
                     )
         if args.burst:
             burst(bed, args.nodes, args.burst)
-    finally:
-        bed.stop_all()
-        cp.stop()
-        api.close()  # type: ignore[no-untyped-call]
 
 
 if __name__ == "__main__":
