@@ -24,7 +24,7 @@ from webhook.extender import records
 from webhook.extender import wholecards as whole
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
-from webhook.kube import errors, pods
+from webhook.kube import direct, errors, pods
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,23 @@ class BindingApi(Protocol):
 
 class KubeBindingApi:
     """BindingApi over `webhook.kube.pods`; `api` is the ApiClient from `webhook.kube.client.connect`
-    (Any: this shell never names the client library's types)."""
+    (Any: this shell never names the client library's types). Bindings, one per pod, go over the
+    keep-alive connections of `webhook.kube.direct` when the configuration allows."""
 
     def __init__(self, api: Any) -> None:
         self.api = api
+        self.direct = direct.DirectClient.of(api)
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
-        pods.bind_pod(self.api, namespace, name, uid, node, annotations)
+        if self.direct is None:
+            pods.bind_pod(self.api, namespace, name, uid, node, annotations)
+            return
+        path, body = pods.binding(namespace, name, uid, node, annotations)
+        pods.check_binding(self.direct.request("POST", path, body))
+
+    def close(self) -> None:
+        if self.direct is not None:
+            self.direct.close()
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:

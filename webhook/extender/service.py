@@ -39,7 +39,8 @@ class Extender:
     def __init__(self, settings: ExtenderSettings, api: Any) -> None:
         self.settings = settings
         self.cache = Cache(settings.memory_unit, settings.names)
-        self.binder = Binder(self.cache, KubeBindingApi(api), settings)
+        self.binding_api = KubeBindingApi(api)
+        self.binder = Binder(self.cache, self.binding_api, settings)
         self.watchers = [
             watch.Watcher(api, rest.path("nodes"), self._on_node, name="nodes"),
             watch.Watcher(api, rest.path("pods"), self._on_pod, name="pods"),
@@ -101,6 +102,7 @@ class Extender:
             watcher.stop()
         if self.elector is not None:
             self.elector.stop()  # hands the Lease back so a follower takes over at once
+        self.binding_api.close()
 
     def start(self) -> Extender:
         self.start_feeds()

@@ -9,6 +9,7 @@ message says where and why in a few words ("connection refused"), not urllib3's 
 from __future__ import annotations
 
 import contextlib
+import http.client
 import json
 import re
 import socket
@@ -98,7 +99,7 @@ def from_exception(exc: BaseException) -> ApiError:
         return exc
     if isinstance(exc, ApiException):
         return from_status(int(exc.status or 0), exc.body, str(exc.reason or ""))
-    if isinstance(exc, urllib3.exceptions.HTTPError | OSError):
+    if isinstance(exc, urllib3.exceptions.HTTPError | http.client.HTTPException | OSError):
         return unreachable(exc)
     if isinstance(exc, OpenApiException):
         return ApiError(TRANSPORT, "ClientError", str(exc))
@@ -164,5 +165,11 @@ def translated() -> Iterator[None]:
         yield
     except ApiError:
         raise
-    except (ApiException, OpenApiException, urllib3.exceptions.HTTPError, OSError) as exc:
+    except (
+        ApiException,
+        OpenApiException,
+        urllib3.exceptions.HTTPError,
+        http.client.HTTPException,
+        OSError,
+    ) as exc:
         raise from_exception(exc) from exc

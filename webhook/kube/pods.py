@@ -51,6 +51,14 @@ def bind_pod(  # noqa: PLR0917 - the signature the extender and device plugin we
     """Create the pods/binding subresource: the pod UID is a precondition, `annotations` are merged
     into the pod with the bind. Raises ConflictError when the pod is already bound, being deleted,
     gated or replaced (UID mismatch), NotFoundError when it is gone."""
+    path, body = binding(namespace, name, uid, node, annotations)
+    check_binding(rest.request(api, "POST", path, body=body))
+
+
+def binding(
+    namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str] | None = None
+) -> tuple[str, Obj]:
+    """The path and body of `bind_pod`'s request (for a caller that sends it otherwise, `direct`)."""
     metadata: Obj = {"name": name, "namespace": namespace}
     if uid:
         metadata["uid"] = uid
@@ -62,8 +70,11 @@ def bind_pod(  # noqa: PLR0917 - the signature the extender and device plugin we
         "metadata": metadata,
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
-    # The reply is a 201 Status, not a Binding: read it raw (the generated client raises ValueError).
-    reply = rest.request(api, "POST", rest.path("pods", name, namespace) + "/binding", body=body)
+    return rest.path("pods", name, namespace) + "/binding", body
+
+
+def check_binding(reply: Any) -> None:
+    """Raise the error a Binding's reply carries: it is a 201 Status, a Failure one when refused."""
     if isinstance(reply, dict) and reply.get("kind") == "Status" and reply.get("status") == "Failure":
         raise errors.from_status(int(reply.get("code") or 500), reply)
 

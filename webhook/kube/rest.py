@@ -77,14 +77,19 @@ def request(
         response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
         raw: urllib3.BaseHTTPResponse = response.response
         data = raw.data  # reads to the end, which hands the connection back to the pool
-    if not 200 <= raw.status < 300:
-        raise errors.from_status(raw.status, data, str(raw.reason or ""))
+    return reply(raw.status, data, str(raw.reason or ""))
+
+
+def reply(status: int, data: bytes, reason: str) -> Any:
+    """A whole reply read: its decoded JSON (None when empty); a non-2xx status raises the ApiError."""
+    if not 200 <= status < 300:
+        raise errors.from_status(status, data, reason)
     if not data:
         return None
     try:
         return orjson.loads(data)
     except ValueError as exc:
-        raise errors.ApiError(raw.status, "BadResponse", f"reply is not JSON: {exc}") from exc
+        raise errors.ApiError(status, "BadResponse", f"reply is not JSON: {exc}") from exc
 
 
 def open_stream(

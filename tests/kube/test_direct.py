@@ -1,0 +1,228 @@
+"""webhook.kube.direct: the keep-alive connection per thread the extender binds over, against the API
+stand-in (plain HTTP, faults on demand) and a small HTTPS server (the client library's TLS settings)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import ssl
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import kubernetes.client
+import pytest
+
+from webhook.core import certificates
+from webhook.devcluster.standin.apiserver import ApiServer
+from webhook.kube import direct, errors, pods
+from webhook.serving import tls
+
+
+@pytest.fixture(autouse=True)
+def _closed(monkeypatch) -> Iterator[None]:
+    """Every DirectClient a test makes is closed after it (its sockets would warn otherwise)."""
+    made: list[direct.DirectClient] = []
+    real_init = direct.DirectClient.__init__
+
+    def init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(direct.DirectClient, "__init__", init)
+    yield
+    for client in made:
+        client.close()
+
+
+def bind(client: direct.DirectClient, pod: dict, node: str = "n1", notes: dict | None = None) -> None:
+    meta = pod["metadata"]
+    path, body = pods.binding(meta["namespace"], meta["name"], meta["uid"], node, notes)
+    pods.check_binding(client.request("POST", path, body))
+
+
+def test_a_binding_sent_directly_lands_as_bind_pod_lands_it(apiserver: ApiServer):
+    client = direct.DirectClient.of(apiserver.api)
+    assert client is not None
+    bind(client, apiserver.add_pod("p1", gpu_mem=[4]), notes={"ALIYUN_COM_GPU_MEM_IDX": "1"})
+    stored = pods.get_pod(apiserver.api, "default", "p1")
+    assert stored["spec"]["nodeName"] == "n1"
+    assert stored["metadata"]["annotations"]["ALIYUN_COM_GPU_MEM_IDX"] == "1"
+    assert apiserver.requests[("create", "pods/binding")] == 1
+
+
+@pytest.mark.parametrize(
+    ("prepare", "error", "text"),
+    [
+        ("assigned", errors.ConflictError, "already assigned"),
+        ("gone", errors.NotFoundError, "not found"),
+    ],
+)
+def test_refusals_are_the_typed_errors_of_bind_pod(apiserver: ApiServer, prepare, error, text):
+    pod = apiserver.add_pod("p1")
+    if prepare == "assigned":
+        apiserver.edit("pods", "p1", {"spec": {"nodeName": "n0"}}, "default")
+    else:
+        apiserver.remove("pods", "p1", "default")
+    client = direct.DirectClient(apiserver.api)
+    with pytest.raises(error, match=text) as info:
+        bind(client, pod)
+    assert not info.value.retryable
+
+
+def test_requests_of_a_thread_share_one_connection_and_threads_have_their_own(apiserver: ApiServer):
+    client = direct.DirectClient(apiserver.api)
+    for name in ("p1", "p2", "p3"):
+        bind(client, apiserver.add_pod(name))
+    first = client._local.conn
+    assert first.sock is not None  # kept open between requests
+    other: list[object] = []
+    worker = threading.Thread(
+        target=lambda: (bind(client, apiserver.add_pod("p4")), other.append(client._local.conn))
+    )
+    worker.start()
+    worker.join()
+    assert other and other[0] is not first
+    assert client._local.conn is first
+
+
+def test_a_server_error_is_retryable_and_the_next_request_goes_through(apiserver: ApiServer):
+    pod = apiserver.add_pod("p1")
+    apiserver.fail_next("create", "pods/binding", status=500)
+    client = direct.DirectClient(apiserver.api)
+    with pytest.raises(errors.ApiError) as info:
+        bind(client, pod)
+    assert info.value.retryable and info.value.reason == "InternalError"
+    bind(client, pod)
+    assert pods.get_pod(apiserver.api, "default", "p1")["spec"]["nodeName"] == "n1"
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_before_use(apiserver: ApiServer):
+    client = direct.DirectClient(apiserver.api)
+    bind(client, apiserver.add_pod("p1"))
+    apiserver.restart()  # every connection cut; same port
+    bind(client, apiserver.add_pod("p2"))  # no error: the dead connection was noticed unsent
+    assert pods.get_pod(apiserver.api, "default", "p2")["spec"]["nodeName"] == "n1"
+
+
+def test_a_new_host_gets_a_new_connection(apiserver: ApiServer):
+    client = direct.DirectClient(apiserver.api)
+    bind(client, apiserver.add_pod("p1"))
+    apiserver.restart(new_port=True)  # the stand-in points its clients at the new port
+    bind(client, apiserver.add_pod("p2"))
+    assert pods.get_pod(apiserver.api, "default", "p2")["spec"]["nodeName"] == "n1"
+
+
+def test_no_server_is_a_retryable_unreachable_error_naming_the_cause(apiserver: ApiServer):
+    client = direct.DirectClient(apiserver.api)
+    pod = apiserver.add_pod("p1")
+    apiserver.stop()
+    with pytest.raises(errors.UnreachableError, match="cannot reach the API server") as info:
+        bind(client, pod)
+    assert info.value.retryable
+
+
+def test_a_slow_reply_times_out_as_a_retryable_error(apiserver: ApiServer):
+    client = direct.DirectClient(apiserver.api, timeout=(1.0, 0.2))
+    pod = apiserver.add_pod("p1")
+    apiserver.delay("create", "pods/binding", 1.0)
+    with pytest.raises(errors.UnreachableError) as info:
+        bind(client, pod)
+    assert info.value.retryable
+
+
+def test_a_proxied_configuration_is_left_to_the_client_library():
+    config = kubernetes.client.Configuration(host="https://10.0.0.1:6443")
+    config.proxy = "http://proxy:3128"
+    assert direct.DirectClient.of(kubernetes.client.ApiClient(config)) is None
+
+
+# --- TLS: the client library's settings, honoured --------------------------------------------------
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:
+        length = int(self.headers["Content-Length"])
+        seen = {
+            "body": json.loads(self.rfile.read(length)),
+            "authorization": self.headers.get("Authorization"),
+            "client": certificates.common_names(
+                certificates.load_certificate(
+                    ssl.DER_cert_to_PEM_cert(self.connection.getpeercert(binary_form=True)).encode()
+                )
+            ),
+        }
+        reply = json.dumps({"kind": "Status", "status": "Success", "code": 201, "seen": seen}).encode()
+        self.send_response(201)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def https_server(tmp_path: Path) -> Iterator[tuple[str, Path, Path, Path]]:
+    """An HTTPS server on 127.0.0.1 whose certificate names only apiserver.internal, asking for a client
+    certificate signed by its CA; (url, ca, client cert, client key)."""
+    now = datetime.now(UTC)
+    cert_dir = tls.write_cert_dir(tmp_path / "server", now, dns_names=["apiserver.internal"], ip_addresses=[])
+    ca = certificates.KeyPair(cert_dir.ca_cert.read_bytes(), (cert_dir.path / "ca.key").read_bytes())
+    client = certificates.generate_client(ca, "system:kube-scheduler", [], now)
+    (tmp_path / "client.crt").write_bytes(client.cert_pem)
+    (tmp_path / "client.key").write_bytes(client.key_pem)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_dir.serving.cert, cert_dir.serving.key)
+    context.load_verify_locations(cafile=str(cert_dir.ca_cert))
+    context.verify_mode = ssl.CERT_REQUIRED
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}"
+        yield url, cert_dir.ca_cert, tmp_path / "client.crt", tmp_path / "client.key"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_tls_uses_the_ca_client_certificate_token_and_server_name_configured(https_server):
+    url, ca, cert, key = https_server
+    config = kubernetes.client.Configuration(host=url)
+    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca), str(cert), str(key)
+    config.tls_server_name = "apiserver.internal"  # the name the certificate has, not the address dialled
+    config.api_key = {"BearerToken": "t0ken"}
+    config.api_key_prefix = {"BearerToken": "Bearer"}
+    client = direct.DirectClient.of(kubernetes.client.ApiClient(config))
+    assert client is not None
+    reply = client.request("POST", "/api/v1/namespaces/default/pods/p/binding", {"kind": "Binding"})
+    assert reply["seen"] == {
+        "body": {"kind": "Binding"},
+        "authorization": "Bearer t0ken",
+        "client": ["system:kube-scheduler"],
+    }
+
+
+def test_tls_checks_the_address_dialled_without_a_server_name(https_server):
+    url, ca, cert, key = https_server
+    config = kubernetes.client.Configuration(host=url)
+    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca), str(cert), str(key)
+    client = direct.DirectClient(kubernetes.client.ApiClient(config))
+    with pytest.raises(errors.UnreachableError, match="IP address mismatch"):
+        client.request("POST", "/x", {})
+
+
+def test_tls_refuses_a_server_its_ca_did_not_sign(https_server, tmp_path):
+    url, _, cert, key = https_server
+    other = tls.write_cert_dir(tmp_path / "other", datetime.now(UTC))
+    config = kubernetes.client.Configuration(host=url)
+    config.ssl_ca_cert, config.cert_file, config.key_file = str(other.ca_cert), str(cert), str(key)
+    client = direct.DirectClient(kubernetes.client.ApiClient(config))
+    with pytest.raises(errors.UnreachableError, match="certificate verify failed"):
+        client.request("POST", "/x", {})
