@@ -254,16 +254,17 @@ class Release:
         process.wait_until(lambda: http_status(url, context) == 200, 30, "ready")
         return process
 
-    def start_scheduler(self, *, plain: str = "", qps: int = 0) -> Process:
+    def start_scheduler(self, *, plain: str = "", qps: int = 0, burst: int = 0) -> Process:
         """kube-scheduler with the chart's configuration; its extender tlsConfig files are those of the
         Secret volume the chart mounts into the scheduler's pod.
 
         `plain`: the same binary and client settings as a reference without us: one profile of that
-        scheduler name, no extender. `qps` lifts the client's rate limit (default 50/s, burst 100)."""
+        scheduler name, no extender. `qps` lifts the client's rate limit (default 50/s, burst 100); the
+        burst is twice it unless `burst` is given."""
         config = yaml.safe_load(self.configmap(f"{FULLNAME}-scheduler", "config.yaml"))
         config["clientConnection"] = {"kubeconfig": str(self.kubeconfig(f"{FULLNAME}-scheduler"))}
         if qps:
-            config["clientConnection"].update(qps=qps, burst=2 * qps)
+            config["clientConnection"].update(qps=qps, burst=burst or 2 * qps)
         if plain:  # kube-scheduler's defaults otherwise (percentageOfNodesToScore too)
             config.pop("extenders", None)
             config.pop("percentageOfNodesToScore", None)
