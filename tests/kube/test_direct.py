@@ -10,6 +10,7 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import kubernetes.client
 import pytest
@@ -36,7 +37,9 @@ def _closed(monkeypatch) -> Iterator[None]:
         client.close()
 
 
-def bind(client: direct.DirectClient, pod: dict, node: str = "n1", notes: dict | None = None) -> None:
+def bind(
+    client: direct.DirectClient, pod: dict[str, Any], node: str = "n1", notes: dict[str, str] | None = None
+) -> None:
     meta = pod["metadata"]
     path, body = pods.binding(meta["namespace"], meta["name"], meta["uid"], node, notes)
     pods.check_binding(client.request("POST", path, body))
@@ -78,9 +81,12 @@ def test_requests_of_a_thread_share_one_connection_and_threads_have_their_own(ap
     first = client._local.conn
     assert first.sock is not None  # kept open between requests
     other: list[object] = []
-    worker = threading.Thread(
-        target=lambda: (bind(client, apiserver.add_pod("p4")), other.append(client._local.conn))
-    )
+
+    def in_a_thread() -> None:
+        bind(client, apiserver.add_pod("p4"))
+        other.append(client._local.conn)
+
+    worker = threading.Thread(target=in_a_thread)
     worker.start()
     worker.join()
     assert other and other[0] is not first
