@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -142,6 +144,35 @@ def test_a_proxied_configuration_is_left_to_the_client_library():
     config = kubernetes.client.Configuration(host="https://10.0.0.1:6443")
     config.proxy = "http://proxy:3128"
     assert direct.DirectClient.of(kubernetes.client.ApiClient(config)) is None
+
+
+def test_a_header_http_client_refuses_leaves_no_half_sent_request_on_the_connection(apiserver: ApiServer):
+    client = direct.DirectClient(apiserver.api)
+    bind(client, apiserver.add_pod("p1"))  # a kept connection
+    good = apiserver.api.user_agent
+    apiserver.api.user_agent = "gpushare\nX-Injected: 1"  # http.client raises ValueError mid-request
+    with pytest.raises(ValueError, match="Invalid header value"):
+        bind(client, apiserver.add_pod("p2"))
+    apiserver.api.user_agent = good
+    bind(client, apiserver.add_pod("p3"))  # not CannotSendRequest: a transport error nothing explains
+    assert pods.get_pod(apiserver.api, "default", "p3")["spec"]["nodeName"] == "n1"
+
+
+@pytest.mark.parametrize("host", ["http://127.0.0.1:99999", "https://127.0.0.1:port"])
+def test_a_host_url_with_a_bad_port_is_an_api_error_not_a_value_error(host):
+    client = direct.DirectClient.of(kubernetes.client.ApiClient(kubernetes.client.Configuration(host=host)))
+    assert client is not None
+    with pytest.raises(errors.UnreachableError, match=r"cannot reach the API server.*[Pp]ort"):
+        client.request("POST", "/x", {})
+
+
+def test_an_idle_connection_on_a_descriptor_over_1023_is_not_taken_for_dead():
+    ours, theirs = socket.socketpair()
+    high = os.dup2(ours.fileno(), 1500)  # a busy process: select() cannot watch this descriptor
+    with ours, theirs, socket.socket(fileno=high) as sock:
+        assert not direct._closed_by_peer(sock)
+        theirs.shutdown(socket.SHUT_WR)  # the server closes it
+        assert direct._closed_by_peer(sock)
 
 
 # --- TLS: the client library's settings, honoured --------------------------------------------------

@@ -73,6 +73,13 @@ class DirectClient:
             headers["Authorization"] = str(token["value"])
         return headers
 
+    def _drop(self) -> None:
+        """Close this thread's connection; the next request opens a new one."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+        self._local.conn = None
+
     def _connection(self) -> tuple[http.client.HTTPConnection, str]:
         """This thread's connection to the configured host (a new one when the host changed), and the path
         prefix of the host URL."""
@@ -85,7 +92,10 @@ class DirectClient:
             conn.close()  # a request on it would fail unsent; http.client reconnects a closed one
         if conn is None:
             parts = urlsplit(host)
-            port = parts.port or _DEFAULT_PORT[parts.scheme]
+            try:
+                port = parts.port or _DEFAULT_PORT[parts.scheme]
+            except ValueError as exc:  # as urllib3's LocationParseError: an ApiError, not a 500
+                raise http.client.InvalidURL(f"{host}: {exc}") from exc
             if parts.scheme == "https" and self.context is not None:
                 tls = _HTTPSConnection(
                     parts.hostname or "", port, timeout=self.connect_s, context=self.context
@@ -104,9 +114,9 @@ class DirectClient:
         """Send one request; the decoded JSON reply (None when empty). Non-2xx raises the matching
         ApiError; no answer raises a retryable one (status errors.TRANSPORT)."""
         payload = orjson.dumps(body) if body is not None else None
-        conn, base = self._connection()
         try:
             with errors.translated():
+                conn, base = self._connection()
                 conn.request(method, base + path, body=payload, headers=self._headers(payload))
                 if conn.sock is not None:
                     conn.sock.settimeout(self.read_s)
@@ -115,9 +125,10 @@ class DirectClient:
                 status, reason = response.status, response.reason
                 if response.will_close:
                     conn.close()
-        except errors.ApiError:
-            conn.close()
-            self._local.conn = None
+        except BaseException:
+            # Not only ApiErrors: http.client refuses a header it cannot send (ValueError) after it began
+            # the request, and the next request on that connection would fail unsent (CannotSendRequest).
+            self._drop()
             raise
         return rest.reply(status, data, str(reason or ""))
 
@@ -153,9 +164,11 @@ def _context(config: kubernetes.client.Configuration) -> ssl.SSLContext:
 
 
 def _closed_by_peer(sock: Any) -> bool:
-    """Whether an idle connection is readable: EOF (the server closed it) or stray bytes, unusable both."""
+    """Whether an idle connection is readable: EOF (the server closed it) or stray bytes, unusable both.
+    poll, as urllib3 does: select refuses a descriptor over 1023, which would make every one look dead."""
     try:
-        readable, _, _ = select.select([sock], [], [], 0)
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
-    return bool(readable)
