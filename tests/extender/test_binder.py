@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import Any
 
 import pytest
 
-from tests.extender.factory import FakeApi, node, pod
+from tests.extender.factory import FakeApi, api_error, node, pod
 from webhook.core import resources
 from webhook.extender.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache
@@ -273,6 +274,24 @@ def test_bind_whose_lost_binding_did_land_is_recognised_on_the_retry():
     assert binder.bind(args("a", "n2")) == "pod default/a is already bound to node n1, not n2"
     assert len(api.bound) == 1
     assert used(cache, "n1") == [10]
+
+
+def test_a_refusal_after_a_lost_reply_no_get_settled_keeps_the_memory_counted(monkeypatch):
+    cache, api, binder = setup(node("n1", 16), pod("a", 10), attempts=2)
+    api.failures = [(0, "connection reset")]  # the first Binding landed; its reply was lost
+    api.apply_failed_bind = True
+    api.get_failures = [(503, "still down")]
+    first = api.bind
+
+    def bind(*a: Any) -> None:
+        if api.bound:  # the retry is refused before the API looks at the pod (an RBAC roll-out)
+            raise api_error(403, "cannot create resource pods/binding")
+        first(*a)
+
+    monkeypatch.setattr(api, "bind", bind)
+    error = binder.bind(args("a"))
+    assert error.endswith("pods/binding; whether it landed is unknown")
+    assert len(api.bound) == 1 and used(cache, "n1") == [10]  # not freed for another pod
 
 
 def test_pod_bound_by_someone_else_is_counted_where_it_is_not_where_we_reserved():

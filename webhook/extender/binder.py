@@ -296,7 +296,9 @@ class Binder:
             except errors.ApiError as err:
                 last = f"binding pod {args.key} to {args.node}: {err.message}"
                 if not (err.retryable or isinstance(err, errors.ConflictError)):
-                    return _Outcome(last)  # refused outright (404, 4xx): nothing landed
+                    # Refused outright (404, 4xx): this attempt landed nothing, but an earlier one whose
+                    # reply was lost (and no GET settled) may have; keep its reservation then.
+                    break
                 unsure = unsure or err.retryable
             try:
                 pod = self.api.get_pod(args.pod_namespace, args.pod_name)
