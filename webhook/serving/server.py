@@ -131,13 +131,13 @@ class AppServer:
                 return
             await asyncio.sleep(0.01)
         self.readiness.set_serving(True)
-        self._serving.set()
         fields = {"url": f"{self.scheme}://{_address(self.options.host, self.port)}"}
         if self.options.tls is not None:
             # Which files are served (absolute: the working folder is not in the log), never what is in them.
             fields["cert"] = str(self.options.tls.cert.absolute())
             fields["key"] = str(self.options.tls.key.absolute())
         log.info("serving", extra={"fields": fields})
+        self._serving.set()  # after the line: start() returns with it written (a test reads it at once)
 
     def run(self) -> None:
         """Serve in this thread until SIGINT/SIGTERM (uvicorn handles the signals in the main thread)."""
