@@ -38,7 +38,7 @@ def start_webhook(tmp_path: Path, **overrides: object) -> tuple[server.AppServer
     options = server.ServeOptions(
         host=cfg.host, port=cfg.port, tls=files, cert_reload_interval_s=0.05, graceful_shutdown_s=2
     )
-    srv = server.AppServer(app.create_app(cfg, readiness), options, readiness)
+    srv = app.app_server(cfg, options, readiness)
     srv.start()
     return srv, tls.CertDir(cfg.cert_dir)
 

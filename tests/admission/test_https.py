@@ -166,6 +166,7 @@ def test_probes_and_metrics_count_reviews_by_endpoint_and_verdict(fresh_webhook)
     assert 'gpushare_webhook_requests_total{endpoint="validate",verdict="denied"} 1.0' in text
     assert 'gpushare_webhook_requests_total{endpoint="validate",verdict="bad_request"} 1.0' in text
     assert 'gpushare_webhook_request_duration_seconds_count{endpoint="validate"} 2.0' in text
+    assert "gpushare_webhook_connections_opened_total 1.0" in text  # the client kept its one connection
 
 
 def test_one_log_line_per_review_with_identifiers_and_never_the_object(webhook, caplog):

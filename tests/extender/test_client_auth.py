@@ -105,6 +105,7 @@ def test_a_refused_bind_binds_nothing_and_is_counted(cluster, extender, pki):
         metrics = anonymous.get("/metrics").text
     assert cluster.get("pods", "a", "default")["spec"].get("nodeName") is None
     assert 'gpushare_extender_requests_total{endpoint="bind",outcome="unauthenticated"} 1.0' in metrics
+    assert "gpushare_extender_connections_opened_total" in metrics
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz", "/metrics", "/version"])

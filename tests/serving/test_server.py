@@ -84,6 +84,28 @@ def test_metrics_route_exposes_the_app_registry_only():
     assert "python_gc" not in text  # not the global registry
 
 
+def test_connections_are_counted_per_server_not_per_request(cert_dir):
+    readiness, registry = probes.Readiness(), CollectorRegistry()
+    other = CollectorRegistry()
+    app = make_app(readiness, registry)
+    with (
+        server.AppServer(app, options(cert_dir.serving), readiness, metrics=(registry, "unit")) as srv,
+        server.AppServer(make_app(probes.Readiness(), other), options(), metrics=(other, "other")) as plain,
+    ):
+        with httpx.Client(verify=client_context(cert_dir)) as kept:  # one connection, three requests
+            for _ in range(3):
+                assert kept.get(srv.url + "/").text == "hello"
+        for _ in range(2):  # a new connection (and TLS handshake) each
+            with httpx.Client(verify=client_context(cert_dir)) as once:
+                once.get(srv.url + "/")
+        assert srv.connections_opened == 3
+        with httpx.Client(verify=client_context(cert_dir)) as scraper:
+            text = scraper.get(srv.url + "/metrics").text
+        assert plain.connections_opened == 0  # its own count
+    assert "unit_connections_opened_total 4.0" in text  # the scrape's own connection included
+    assert "other_" not in text
+
+
 def test_https_serves_with_the_generated_certificate(cert_dir):
     readiness, registry = probes.Readiness(), CollectorRegistry()
     with server.AppServer(make_app(readiness, registry), options(cert_dir.serving), readiness) as srv:

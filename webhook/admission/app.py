@@ -223,11 +223,19 @@ def serve_options(settings: AdmissionSettings, files: tls.TlsFiles) -> server.Se
     )
 
 
+def app_server(
+    settings: AdmissionSettings, options: server.ServeOptions, readiness: probes.Readiness
+) -> server.AppServer:
+    """The webhook's app on a server with `options`, its connection count among the app's metrics."""
+    app = create_app(settings, readiness)
+    return server.AppServer(app, options, readiness, metrics=(app.state.registry, METRICS_NAMESPACE))
+
+
 def run(settings: AdmissionSettings) -> int:
     """Serve the webhook over HTTPS until SIGINT/SIGTERM. Raises TlsError/ServeError when it cannot start."""
     logs.configure(settings.log_level, settings.log_format)
     files = prepare_certs(settings, datetime.now(UTC))
     readiness = probes.Readiness()
     options = serve_options(settings, files)
-    server.AppServer(create_app(settings, readiness), options, readiness).run()
+    app_server(settings, options, readiness).run()
     return 0

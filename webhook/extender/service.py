@@ -73,6 +73,7 @@ class Extender:
             app_mod.build_app(self.app),
             ServeOptions(host=settings.host, port=settings.port, tls=serving_tls),
             self.app.readiness,
+            metrics=(self.app.registry, app_mod.METRICS_NAMESPACE),
         )
 
     def _on_node(self, event: watch.WatchEvent) -> None:

@@ -62,6 +62,7 @@ class GuardedProtocol(HttpToolsProtocol):
     owed to earlier whole requests on the connection (pipelining), then the connection is closed."""
 
     limits = Limits()
+    opened = 0  # connections accepted so far, per server (each subclass of `protocol_class` counts its own)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -78,6 +79,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._reason = _INVALID  # what a refusal from httptools' parser answers
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        type(self).opened += 1  # only the event loop's thread runs this
         super().connection_made(transport)
         # The handshake is done before connection_made: the client's certificate is known now.
         self._tls = clientauth.tls_extension(transport.get_extra_info("ssl_object"))
@@ -245,5 +247,6 @@ def _codings(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
 
 
 def protocol_class(limits: Limits) -> type[GuardedProtocol]:
-    """A GuardedProtocol subclass bound to `limits` (uvicorn builds protocols from a class)."""
-    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
+    """A GuardedProtocol subclass bound to `limits`, counting its own connections (uvicorn builds
+    protocols from a class)."""
+    return type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "opened": 0})

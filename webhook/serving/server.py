@@ -20,12 +20,16 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
 from typing import Any
 
 import uvicorn
 import uvloop
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp
 
 from webhook.serving import probes, protocol, tls
@@ -62,16 +66,24 @@ class AppServer:
     """One uvicorn server for one app, runnable in the main thread (`run`) or a background thread."""
 
     def __init__(
-        self, app: ASGIApp, options: ServeOptions, readiness: probes.Readiness | None = None
+        self,
+        app: ASGIApp,
+        options: ServeOptions,
+        readiness: probes.Readiness | None = None,
+        metrics: tuple[CollectorRegistry, str] | None = None,
     ) -> None:
+        """`metrics`: (registry, namespace) that gets `<namespace>_connections_opened_total`."""
         self.options = options
         self.readiness = readiness or probes.Readiness()
         self.tls = tls.ReloadingContext(options.tls) if options.tls is not None else None
         self._socket = bind_socket(options.host, options.port, options.backlog)
         self.port: int = self._socket.getsockname()[1]
+        self._protocol = protocol.protocol_class(options.limits)
+        if metrics is not None:
+            metrics[0].register(_Connections(metrics[1], self._protocol))
         config = uvicorn.Config(
             app,
-            http=protocol.protocol_class(options.limits),
+            http=self._protocol,
             lifespan="auto",
             log_config=None,
             access_log=False,
@@ -85,6 +97,11 @@ class AppServer:
         self._thread: threading.Thread | None = None
         self._thread_error: BaseException | None = None
         self._serving = threading.Event()  # set once listening and marked ready
+
+    @property
+    def connections_opened(self) -> int:
+        """Connections accepted so far (over HTTPS each one a TLS handshake)."""
+        return self._protocol.opened
 
     @property
     def scheme(self) -> str:
@@ -256,3 +273,18 @@ def bind_socket(host: str, port: int, backlog: int) -> socket.socket:
 def serve(app: ASGIApp, options: ServeOptions, readiness: probes.Readiness | None = None) -> None:
     """Build an AppServer and run it in this thread until a signal stops it."""
     AppServer(app, options, readiness).run()
+
+
+class _Connections(Collector):
+    """`<namespace>_connections_opened_total`, read from the server's protocol class at each scrape. A
+    client that does not keep its connections (kube-scheduler keeps 2 idle per host) shows here, and
+    every one costs a TLS handshake."""
+
+    def __init__(self, namespace: str, counted: type[protocol.GuardedProtocol]) -> None:
+        self.name = f"{namespace}_connections_opened"
+        self.counted = counted
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(self.name, "Connections accepted (over HTTPS, each a TLS handshake).")
+        family.add_metric([], self.counted.opened)
+        yield family
