@@ -93,13 +93,17 @@ def from_status(status: int, body: Any, fallback_reason: str = "") -> ApiError:
     return _BY_STATUS.get(code, ApiError)(code, reason, message, details)
 
 
+# What the transports (urllib3 for the client library, http.client for `direct`) raise when no answer came.
+_NO_ANSWER = (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError)
+
+
 def from_exception(exc: BaseException) -> ApiError:
     """Translate a client/transport exception into an `ApiError` (an `ApiError` is returned as is)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ApiException):
         return from_status(int(exc.status or 0), exc.body, str(exc.reason or ""))
-    if isinstance(exc, urllib3.exceptions.HTTPError | http.client.HTTPException | OSError):
+    if isinstance(exc, _NO_ANSWER):
         return unreachable(exc)
     if isinstance(exc, OpenApiException):
         return ApiError(TRANSPORT, "ClientError", str(exc))
@@ -165,11 +169,5 @@ def translated() -> Iterator[None]:
         yield
     except ApiError:
         raise
-    except (
-        ApiException,
-        OpenApiException,
-        urllib3.exceptions.HTTPError,
-        http.client.HTTPException,
-        OSError,
-    ) as exc:
+    except (ApiException, OpenApiException, *_NO_ANSWER) as exc:
         raise from_exception(exc) from exc
