@@ -230,14 +230,16 @@ def cpu_seconds(pid: int) -> float:
     return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-def connections(port: int) -> int:
+def _sockets(state: str, selector: str) -> int:
+    """TCP sockets in `state` that `ss` lists for `selector` (e.g. "( sport = :8443 )")."""
     out = subprocess.run(
-        ["ss", "-Htn", "state", "established", f"( sport = :{port} )"],
-        capture_output=True,
-        text=True,
-        check=False,
+        ["ss", "-Htn", "state", state, selector], capture_output=True, text=True, check=False
     )
     return len([line for line in out.stdout.splitlines() if line.strip()])
+
+
+def connections(port: int) -> int:
+    return _sockets("established", f"( sport = :{port} )")
 
 
 def create(bed: Bed, namespace: str, count: int, threads: int, prefix: str) -> float:
@@ -252,13 +254,7 @@ def create(bed: Bed, namespace: str, count: int, threads: int, prefix: str) -> f
 
 def time_waits(port: int) -> int:
     """Connections to `port` closed by the client (its side waits in TIME_WAIT): connection churn."""
-    out = subprocess.run(
-        ["ss", "-Htn", "state", "time-wait", f"( dport = :{port} )"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return len([line for line in out.stdout.splitlines() if line.strip()])
+    return _sockets("time-wait", f"( dport = :{port} )")
 
 
 def own_handling(port: int, ca: Path) -> dict[str, tuple[float, float]]:
