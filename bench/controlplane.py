@@ -215,9 +215,8 @@ def main() -> None:
             mean, count = _histogram_mean(ours, metric, 'endpoint="mutate"')
             print(f"the webhook's own {metric} (/mutate): mean {mean * 1000:.2f} ms over {count:.0f}")
         # Where run (a)'s time goes: kube-scheduler calls filter and prioritize one pod at a time.
-        with urllib.request.urlopen(
-            f"https://127.0.0.1:{bed.extender_port}/metrics", context=context
-        ) as reply:
+        url, extender_context = bed.extender_probe_url("/metrics")
+        with urllib.request.urlopen(url, context=extender_context) as reply:
             extender = reply.read().decode()
         for route in ("filter", "prioritize", "bind"):
             mean, count = _histogram_mean(

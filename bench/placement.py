@@ -24,7 +24,6 @@ import argparse
 import os
 import random
 import re
-import ssl
 import statistics
 import sys
 import threading
@@ -210,9 +209,7 @@ def apf_waits(bed: Bed) -> dict[tuple[str, str], tuple[float, float]]:
 
 
 def extender_times(bed: Bed) -> str:
-    assert bed.cp.pki is not None
-    context = ssl.create_default_context(cafile=str(bed.cp.pki.ca_crt))
-    url = f"https://127.0.0.1:{bed.extender_port}/metrics"
+    url, context = bed.extender_probe_url("/metrics")
     with urllib.request.urlopen(url, context=context, timeout=10) as reply:
         text = reply.read().decode()
     shown = []

@@ -88,10 +88,53 @@ def test_the_extender_serves_https_and_checks_clients_with_files_of_its_mounted_
         secret, key = files[str(path)]
         assert key in made[secret], f"{path}: {secret} has no {key} in mode {mode}"
     assert settings.advertise_url.startswith("https://")
-    # Only kube-scheduler's certificate (its name), not any other the CA signs.
-    assert settings.client_names == ("gpushare-scheduler",)
     assert settings.forward_server_name == f"{render.RELEASE}-gpushare-extender.{render.NAMESPACE}.svc"
-    assert all(p.get("scheme") == "HTTPS" for p in (container["readinessProbe"]["httpGet"],))
+    probes = [container[p]["httpGet"] for p in ("startupProbe", "livenessProbe", "readinessProbe")]
+    if mode == "provided":
+        # A CA you provide may sign others' client certificates: HTTP/1.1, and only kube-scheduler's name.
+        assert not settings.http2
+        assert settings.client_names == ("gpushare-scheduler",)
+        assert all(p["scheme"] == "HTTPS" and p["port"] == "https" for p in probes)
+    else:
+        # The chart's own CA signs only kube-scheduler's client certificate: HTTP/2, the CA is the check,
+        # and the kubelet probes the plain port (its probes carry no client certificate).
+        assert settings.http2 and settings.client_names == ()
+        health = next(p for p in container["ports"] if p["name"] == "health")
+        assert settings.health_port == health["containerPort"]
+        assert all(p["scheme"] == "HTTP" and p["port"] == "health" for p in probes)
+
+
+@pytest.mark.parametrize(
+    ("mode", "http2", "served"),
+    [
+        ("selfManaged", "auto", True),
+        ("certManager", "auto", True),
+        ("provided", "auto", False),
+        ("provided", True, True),
+        ("selfManaged", False, False),
+    ],
+)
+def test_http2_auto_is_on_only_where_the_charts_own_ca_issues_the_extenders_certificates(
+    mode: str, http2: Any, served: bool
+) -> None:
+    objects = render.render({"scheduler": {"mode": "second"}, **MODES[mode], "extender": {"http2": http2}})
+    args = _pod(objects, "-extender")["containers"][0]["args"]
+    settings = serve_extender.settings_from(serve_extender.build_parser().parse_args(args[1:]))
+    assert settings.http2 is served
+    assert settings.client_names == (() if served else ("gpushare-scheduler",))
+
+
+def test_http2_auto_is_off_with_an_issuer_of_yours() -> None:
+    values = {
+        "certificates": {
+            "mode": "certManager",
+            "certManager": {"issuerRef": {"name": "corp", "kind": "ClusterIssuer"}},
+        }
+    }
+    args = _pod(render.render({"scheduler": {"mode": "second"}, **values}), "-extender")["containers"][0][
+        "args"
+    ]
+    assert "--http2" not in args and "--client-name=gpushare-scheduler" in args
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -115,7 +115,8 @@ def test_webhook_rules_cover_pods_and_every_workload_kind(objects: list[dict[str
 
 
 def test_probes_use_the_servers_probe_paths(objects: list[dict[str, Any]]) -> None:
-    for suffix, scheme in (("-webhook", "HTTPS"), ("-extender", "HTTPS")):
+    # The extender's probes use its plain probe port over HTTP/2 (tests/chart/test_extender_tls.py).
+    for suffix, scheme in (("-webhook", "HTTPS"), ("-extender", "HTTP")):
         container = _container(objects, "Deployment", suffix)
         assert container["livenessProbe"]["httpGet"]["path"] == probes.HEALTHZ
         assert container["readinessProbe"]["httpGet"]["path"] == probes.READYZ
@@ -212,7 +213,7 @@ def test_extender_advertises_its_pod_ip_and_container_port_for_forwarded_binds(
     container = _container(objects, "Deployment", "-extender")
     env = {e["name"]: e for e in container["env"]}
     assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
-    (port,) = container["ports"]
+    (port,) = [p for p in container["ports"] if p["name"] == "https"]
     # The kubelet expands $(POD_IP) in args from the container's env (a variable it defines).
     expanded = [a.replace("$(POD_IP)", "10.244.1.7") for a in container["args"][1:]]
     assert expanded != container["args"][1:]

@@ -47,7 +47,11 @@ def _write(folder: Path, name: str, pair: certificates.KeyPair) -> tuple[Path, P
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    folder = tmp_path_factory.mktemp("pki")
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def make_pki(folder: Path) -> Pki:
+    """An extender CA with its serving and kube-scheduler's client pair, and a stranger's pair."""
     ca = certificates.generate_ca("extender-ca", NOW)
     other = certificates.generate_ca("someone-else", NOW)
     (folder / "ca.crt").write_bytes(ca.cert_pem)

@@ -46,6 +46,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="common name a caller's client certificate must carry (repeatable; default: any the client "
         "CA signed); needs --client-ca",
     )
+    p.add_argument(
+        "--http2",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="serve HTTP/2 beside HTTP/1.1 (needs --tls-cert): kube-scheduler then multiplexes its calls "
+        "on one connection instead of a TLS handshake for each concurrent call beyond two; with "
+        "--client-ca the certificate is required at the handshake (probes: use --health-port) and any "
+        "client certificate the CA signed is accepted (no --client-name: keep that CA for the extender)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        default=0,
+        help="also serve /healthz, /readyz and /metrics over plain HTTP on this port (0: none)",
+    )
     p.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then $KUBECONFIG)")
     p.add_argument("--server", help="API server URL without auth, overriding kubeconfig (e.g. kubectl proxy)")
     p.add_argument("--leader-elect", action="store_true", help="elect one binding replica through a Lease")
@@ -140,6 +155,17 @@ def usage_error(args: argparse.Namespace) -> str:
         return "--client-name needs --client-ca: only a verified client certificate has a name to check"
     if any(not name for name in args.client_name):
         return "--client-name must not be empty"
+    if args.http2 and not args.tls_cert:
+        return "--http2 needs --tls-cert and --tls-key: kube-scheduler negotiates HTTP/2 only over TLS"
+    if args.http2 and args.client_name:
+        return (
+            "--client-name cannot be checked with --http2 (the HTTP/2 server does not show the client "
+            "certificate to the app): give the extender a client CA of its own, or drop --http2"
+        )
+    if not 0 <= args.health_port <= 65535:
+        return f"--health-port {args.health_port} is not a port (0-65535)"
+    if args.health_port and args.health_port == args.port:
+        return "--health-port must differ from --port"
     if bool(args.forward_cert) != bool(args.forward_key):
         return "--forward-cert and --forward-key go together"
     return ""
@@ -164,6 +190,8 @@ def settings_from(args: argparse.Namespace) -> ext_settings.ExtenderSettings:
         tls_key=Path(args.tls_key) if args.tls_key else None,
         client_ca=Path(args.client_ca) if args.client_ca else None,
         client_names=tuple(args.client_name),
+        http2=args.http2,
+        health_port=args.health_port,
         kubeconfig=args.kubeconfig,
         api_server=args.server,
         memory_unit=args.memory_unit,

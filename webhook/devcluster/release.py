@@ -59,6 +59,7 @@ class Release:
     processes: list[Process] = field(default_factory=list)
     webhook_port: int = field(default_factory=free_port)
     extender_port: int = field(default_factory=free_port)
+    extender_health_port: int = 0  # set by start_extender
 
     # -- Helm ---------------------------------------------------------------------------------------
     def helm(
@@ -86,7 +87,12 @@ class Release:
                 "mode": "provided",
                 "provided": {"caCrt": self.cp.pki.ca_crt.read_text(), "extender": extender_pems},
             },
-            "extender": {"urlPrefix": f"https://127.0.0.1:{self.extender_port}/gpushare-scheduler"},
+            # HTTP/2, as a default (selfManaged) install serves it; with provided certificates `auto` would
+            # turn it off, the CA being possibly shared (here it is: the cluster's).
+            "extender": {
+                "urlPrefix": f"https://127.0.0.1:{self.extender_port}/gpushare-scheduler",
+                "http2": True,
+            },
             # The chart refuses a kube-scheduler image newer than the cluster (its default may be).
             "scheduler": {"mode": "second", "image": {"tag": kube_version(self.cp.bins)}},
         }
@@ -231,14 +237,17 @@ class Release:
         return process
 
     def start_extender(self, identity: str = "extender-0") -> Process:
-        """The extender with the chart's flags and certificates (its Secret's files, as mounted)."""
+        """The extender with the chart's flags and certificates (its Secret's files, as mounted). Its
+        plain probe port, when the chart gives it one (HTTP/2), is `extender_health_port`."""
         files = self.mounts(f"{FULLNAME}-extender")
+        self.extender_health_port = free_port()
         args = _override(
             self.container_args("deployments", f"{FULLNAME}-extender"),
             {
                 "--host": "127.0.0.1",
                 "--port": str(self.extender_port),
                 "--advertise-url": f"https://127.0.0.1:{self.extender_port}",
+                "--health-port": str(self.extender_health_port),
             },
         )
         args = [_on_host(arg, files) for arg in args]
@@ -248,11 +257,18 @@ class Release:
             [GPUSHARE, *args, "--kubeconfig", str(kubeconfig), "--log-format", "text"],
             env={"POD_NAME": identity, "POD_NAMESPACE": NAMESPACE},
         )
-        assert self.cp.pki is not None
-        context = ssl.create_default_context(cafile=str(self.cp.pki.ca_crt))
-        url = f"https://127.0.0.1:{self.extender_port}/readyz"
+        url, context = self.extender_probe_url("/readyz")
         process.wait_until(lambda: http_status(url, context) == 200, 30, "ready")
         return process
+
+    def extender_probe_url(self, path: str) -> tuple[str, ssl.SSLContext | None]:
+        """Where the kubelet would probe the extender (`path`: /healthz, /readyz or /metrics), and the TLS
+        context to reach it with (None: plain HTTP, the probe port the chart gives it over HTTP/2)."""
+        if "--http2" in self.container_args("deployments", f"{FULLNAME}-extender"):
+            return f"http://127.0.0.1:{self.extender_health_port}{path}", None
+        assert self.cp.pki is not None
+        context = ssl.create_default_context(cafile=str(self.cp.pki.ca_crt))
+        return f"https://127.0.0.1:{self.extender_port}{path}", context
 
     def start_scheduler(self, *, plain: str = "", qps: int = 0, burst: int = 0) -> Process:
         """kube-scheduler with the chart's configuration; its extender tlsConfig files are those of the

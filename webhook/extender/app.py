@@ -279,24 +279,39 @@ def build_app(
             {"version": __version__, "leader": ext.leadership.is_leader(), **ext.cache.stats()}
         )
 
+    calls = Counter(
+        "scheduler_calls",
+        "Calls to filter, prioritize, bind and inspect, by HTTP version: over 2, kube-scheduler sends them "
+        "all on one connection (--http2); over 1.1 each call in flight beyond two opens a new one.",
+        ["http_version"],
+        namespace=METRICS_NAMESPACE,
+        registry=ext.registry,
+    )
+    calls_by_version: dict[str, Any] = {}
+
     def caller_checked(
         endpoint: str, handler: Callable[[Request], Awaitable[Response]]
     ) -> Callable[[Request], Awaitable[Response]]:
         """`handler`, refusing callers without a verified client certificate when a client CA is set
-        (checked before the body is read)."""
-        if settings.client_ca is None:
-            return handler
-
+        (checked before the body is read). Over --http2 the server itself required a certificate the
+        client CA signed at the handshake, and cannot show which (so no client names there)."""
+        check = settings.client_ca is not None and not settings.http2
         allowed = frozenset(settings.client_names)
 
         async def checked(request: Request) -> Response:
-            name = clientauth.client_name(request.scope)
-            if name is None:
-                request_metrics.observe(endpoint, "unauthenticated", 0.0)
-                return JSONResponse({"Error": NO_CLIENT_CERTIFICATE}, status_code=403)
-            if allowed and allowed.isdisjoint(clientauth.common_names(request.scope)):
-                request_metrics.observe(endpoint, "forbidden", 0.0)
-                return JSONResponse({"Error": not_an_allowed_client(name, allowed)}, status_code=403)
+            version = str(request.scope.get("http_version", "1.1"))
+            counter = calls_by_version.get(version)
+            if counter is None:
+                counter = calls_by_version[version] = calls.labels(version[:8])
+            counter.inc()
+            if check:
+                name = clientauth.client_name(request.scope)
+                if name is None:
+                    request_metrics.observe(endpoint, "unauthenticated", 0.0)
+                    return JSONResponse({"Error": NO_CLIENT_CERTIFICATE}, status_code=403)
+                if allowed and allowed.isdisjoint(clientauth.common_names(request.scope)):
+                    request_metrics.observe(endpoint, "forbidden", 0.0)
+                    return JSONResponse({"Error": not_an_allowed_client(name, allowed)}, status_code=403)
             return await handler(request)
 
         return checked

@@ -11,6 +11,7 @@ import gc
 import logging
 import socket
 import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.kube import client as kube_client
 from webhook.kube import leader, rest, watch
-from webhook.serving import tls
+from webhook.serving import probes, probeserver, tls
+from webhook.serving.h2server import H2Server
 from webhook.serving.server import AppServer, ServeOptions
 
 log = logging.getLogger(__name__)
@@ -69,12 +71,18 @@ class Extender:
         if settings.client_ca is None:
             log.warning("no client CA: anyone who reaches this port can bind pods (serve with --client-ca)")
         _check_own_client_name(settings)
-        self.server = AppServer(
-            app_mod.build_app(self.app),
-            ServeOptions(host=settings.host, port=settings.port, tls=serving_tls),
-            self.app.readiness,
-            metrics=(self.app.registry, app_mod.METRICS_NAMESPACE),
-        )
+        options = ServeOptions(host=settings.host, port=settings.port, tls=serving_tls)
+        self.server: AppServer | H2Server
+        if settings.http2:
+            self.server = H2Server(app_mod.build_app(self.app), options, self.app.readiness)
+        else:
+            self.server = AppServer(
+                app_mod.build_app(self.app),
+                options,
+                self.app.readiness,
+                metrics=(self.app.registry, app_mod.METRICS_NAMESPACE),
+            )
+        self.health: ThreadingHTTPServer | None = None
 
     def _on_node(self, event: watch.WatchEvent) -> None:
         if event.type == watch.RESYNC:
@@ -92,6 +100,27 @@ class Extender:
     def url(self) -> str:
         return self.server.url
 
+    @property
+    def health_port(self) -> int:
+        """The plain probe port's number (the one bound when settings.health_port was 0), else 0."""
+        return self.health.server_address[1] if self.health is not None else 0
+
+    def start_health(self, port: int | None = None) -> None:
+        """Serve /healthz, /readyz and /metrics over plain HTTP on `port` (0: a free one; None:
+        settings.health_port, where 0 means none)."""
+        if port is None:
+            if not self.settings.health_port:
+                return
+            port = self.settings.health_port
+        routes = probes.plain_routes(self.app.readiness)
+        self.health = probeserver.serve(port, lambda: True, self.app.registry, routes)
+
+    def stop_health(self) -> None:
+        if self.health is not None:
+            self.health.shutdown()
+            self.health.server_close()
+            self.health = None
+
     def start_feeds(self) -> None:
         for watcher in self.watchers:
             watcher.start()
@@ -105,13 +134,16 @@ class Extender:
             self.elector.stop()  # hands the Lease back so a follower takes over at once
         self.binding_api.close()
 
-    def start(self) -> Extender:
+    def start(self, health_port: int | None = None) -> Extender:
+        """Feeds, probe port (see start_health) and server in background threads."""
         self.start_feeds()
+        self.start_health(health_port)
         self.server.start()
         return self
 
     def stop(self) -> None:
         self.server.stop()
+        self.stop_health()
         self.stop_feeds()
 
     def wait_synced(self, timeout_s: float = 10.0) -> bool:
@@ -166,9 +198,11 @@ def run(settings: ExtenderSettings) -> None:
         )
         freezer.start()
         try:
+            extender.start_health()
             extender.server.run()
         finally:
             stop.set()
+            extender.stop_health()
             extender.stop_feeds()
     finally:
         api.close()  # type: ignore[no-untyped-call]

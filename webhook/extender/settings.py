@@ -38,6 +38,13 @@ class ExtenderSettings:
     # With client_ca: the common names (CN) a caller's certificate may carry; empty accepts any the CA
     # signed. A CA that also signs others' certificates (a shared issuer) needs this.
     client_names: tuple[str, ...] = ()
+    # HTTP/2 beside HTTP/1.1 (serving.h2server): kube-scheduler then sends every call over one connection
+    # instead of a new TLS handshake for each call in flight beyond two. The client certificate is then
+    # required at the handshake and checked against client_ca alone (no client_names).
+    http2: bool = False
+    # Plain HTTP /healthz, /readyz and /metrics on this port (0: none); the kubelet's probes need it when
+    # the main port requires client certificates (http2 with client_ca).
+    health_port: int = 0
     kubeconfig: str | None = None
     api_server: str | None = None  # explicit API URL (tests, kubectl proxy); else kubeconfig/in-cluster
     memory_unit: str = "GiB"

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from starlette.requests import Request
@@ -48,15 +50,37 @@ class Readiness:
         return out
 
 
+HEALTHY: dict[str, Any] = {"status": "ok"}
+
+
+def ready_answer(readiness: Readiness) -> tuple[int, dict[str, Any]]:
+    """/readyz's status and JSON body, for the app's route and a plain probe port alike."""
+    failing = readiness.failing()
+    if failing:
+        return 503, {"status": "not ready", "failing": failing}
+    return 200, {"status": "ready"}
+
+
+def plain_routes(readiness: Readiness) -> dict[str, Callable[[], tuple[int, str, bytes]]]:
+    """/healthz and /readyz as `probeserver` routes (status, Content-Type, body), answering as the app's."""
+
+    def healthz() -> tuple[int, str, bytes]:
+        return 200, "application/json", json.dumps(HEALTHY).encode()
+
+    def readyz() -> tuple[int, str, bytes]:
+        status, body = ready_answer(readiness)
+        return status, "application/json", json.dumps(body).encode()
+
+    return {HEALTHZ: healthz, READYZ: readyz}
+
+
 def probe_routes(readiness: Readiness, registry: CollectorRegistry) -> list[Route]:
     async def healthz(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(HEALTHY)
 
     async def readyz(request: Request) -> Response:
-        failing = readiness.failing()
-        if failing:
-            return JSONResponse({"status": "not ready", "failing": failing}, status_code=503)
-        return JSONResponse({"status": "ready"})
+        status, body = ready_answer(readiness)
+        return JSONResponse(body, status_code=status)
 
     async def metrics(request: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,4 +1,14 @@
 {{/* The extender's command line and RBAC rules; flags follow webhook/cli/serve_extender.py. */}}
+
+{{- /* "true" when the extender serves HTTP/2 (extender.http2; auto: when the chart's own CA issues its
+certificates, so every client certificate that CA signs is kube-scheduler's). */}}
+{{- define "gpushare.extender.http2" -}}
+{{- $v := .Values.extender.http2 -}}
+{{- if eq (toString $v) "auto" -}}
+{{- if or (eq .Values.certificates.mode "selfManaged") (and (eq .Values.certificates.mode "certManager") (not .Values.certificates.certManager.issuerRef)) }}true{{ end -}}
+{{- else if $v }}true{{ end -}}
+{{- end }}
+
 {{- define "gpushare.extender.args" -}}
 - extender
 - "--host=::"
@@ -15,9 +25,16 @@ filter, prioritize, bind and inspect. */}}
 - --tls-cert={{ $dir }}/tls.crt
 - --tls-key={{ $dir }}/tls.key
 - --client-ca={{ $dir }}/ca.crt
+{{- if include "gpushare.extender.http2" . }}
+{{- /* One multiplexed connection from kube-scheduler; the certificate is required at the handshake and
+the CA is the check (its own, under auto), so the probes get a port of their own. */}}
+- --http2
+- --health-port={{ .Values.extender.healthPort }}
+{{- else }}
 {{- /* Only that certificate's name: a CA that also signs others' certificates (a shared cert-manager
 issuer, a provided corporate CA) must not let them bind pods. */}}
 - --client-name={{ .Values.extender.tls.clientName }}
+{{- end }}
 {{- if .Values.extender.leaderElection.enabled }}
 - --leader-elect
 - --lease-name={{ .Values.extender.leaderElection.leaseName }}
