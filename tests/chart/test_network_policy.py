@@ -9,7 +9,7 @@ from tests.chart import render
 
 def _peers(values: dict[str, Any]) -> list[dict[str, Any]]:
     policy = render.find(render.render(values), "NetworkPolicy", "-extender")
-    (rule,) = policy["spec"]["ingress"]
+    rule = policy["spec"]["ingress"][0]
     assert rule["ports"] == [{"port": 39999, "protocol": "TCP"}]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     peers: list[dict[str, Any]] = rule["from"]
@@ -29,6 +29,16 @@ def test_the_extender_admits_only_schedulers_and_its_replicas() -> None:
 def test_extra_peers_are_appended_for_host_network_schedulers() -> None:
     extra = {"ipBlock": {"cidr": "10.0.0.0/24"}}
     assert _peers({"extender": {"networkPolicy": {"extraFrom": [extra]}}})[-1] == extra
+
+
+def test_over_http2_extra_peers_also_reach_the_probe_port_for_metrics() -> None:
+    extra = {"ipBlock": {"cidr": "10.1.0.0/16"}}
+    policy = render.find(
+        render.render({"extender": {"networkPolicy": {"extraFrom": [extra]}}}), "NetworkPolicy", "-extender"
+    )
+    scheduler, probes = policy["spec"]["ingress"]
+    assert scheduler["ports"] == [{"port": 39999, "protocol": "TCP"}]
+    assert probes == {"ports": [{"port": 8081, "protocol": "TCP"}], "from": [extra]}
 
 
 def test_no_node_port_unless_asked() -> None:

@@ -180,6 +180,8 @@ class H2Server:
         watch = asyncio.create_task(self._watch_files(server))
         try:
             await server.serve()
+            if not self._stopping:  # granian ends its loop when a worker dies: say so, do not exit 0
+                raise ServeError("the HTTP/2 server's worker stopped unexpectedly (its reason is logged above)")
         finally:
             self.readiness.set_serving(False)
             watch.cancel()
