@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509
+from starlette.types import Receive, Scope, Send
 
 from tests.extender.factory import pod
 from tests.extender.test_client_auth import BIND, NOW, PREFIX, Pki, _write, client, make_pki
@@ -190,6 +192,22 @@ def test_a_taken_port_and_bad_files_fail_before_serving(pki, tmp_path):
         h2server.H2Server(_app, ServeOptions(host="127.0.0.1", port=0, tls=tls.TlsFiles(garbage, pki.key)))
     with pytest.raises(ServeError, match="needs a certificate"):
         h2server.H2Server(_app, ServeOptions(host="127.0.0.1", port=0))
+
+
+def test_a_server_whose_app_cannot_start_ends_with_an_error_not_exit_0(pki):
+    async def failing(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "lifespan"
+        await receive()
+        await send({"type": "lifespan.startup.failed", "message": "the app cannot start"})
+
+    files = tls.TlsFiles(pki.cert, pki.key, client_ca=pki.ca)
+    server = h2server.H2Server(failing, ServeOptions(host="127.0.0.1", port=0, tls=files))
+    thread = threading.Thread(target=server._run_in_thread, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert isinstance(server._thread_error, ServeError)
+    assert "the HTTP/2 server stopped: ASGI lifespan startup" in str(server._thread_error)
 
 
 @pytest.mark.parametrize(

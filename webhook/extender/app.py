@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from webhook import __version__
 from webhook.extender import forward, scheduling, wire
+from webhook.extender.backlog import BindBacklog
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache, NodeView
 from webhook.extender.settings import ExtenderSettings
@@ -161,6 +162,19 @@ def build_app(
         registry=ext.registry,
     )
     forwarded_by_outcome = {outcome: forwarded.labels(outcome) for outcome in forward.OUTCOMES}
+    backlog = BindBacklog(settings.bind_backlog, settings.filter_wait_s)
+    Gauge(
+        "binds_pending",
+        "Binds accepted and not yet answered (waiting for a bind worker or for the API server).",
+        namespace=METRICS_NAMESPACE,
+        registry=ext.registry,
+    ).set_function(lambda: backlog.pending)
+    backlog_waits = Counter(
+        "filter_backlog_wait_seconds",
+        "Seconds filter held kube-scheduler while more binds than --bind-backlog were pending.",
+        namespace=METRICS_NAMESPACE,
+        registry=ext.registry,
+    )
 
     @contextlib.asynccontextmanager
     async def serving(app: Starlette) -> AsyncIterator[None]:
@@ -177,6 +191,9 @@ def build_app(
         return wire.extender_args(wire.parse_json(await body_limit.read_limited(request, limit)))
 
     async def filter_(request: Request) -> Response:
+        waited = await backlog.wait()  # kube-scheduler's pace becomes the pace binds complete
+        if waited:
+            backlog_waits.inc(waited)
         started, outcome = time.perf_counter(), "ok"
         try:
             result = scheduling.filter_nodes(
@@ -249,6 +266,7 @@ def build_app(
         except body_limit.ClientDisconnect:
             request_metrics.observe("bind", "disconnected", time.perf_counter() - started)
             return JSONResponse(wire.binding_result(DISCONNECTED))
+        backlog.started()
         try:
             if not ext.leadership.is_leader():
                 error = await forward_bind(request, args, body)
@@ -259,6 +277,8 @@ def build_app(
         except Exception:  # a bug of ours: the scheduler retries a bind that answered an Error
             log.exception("bind failed", extra={"fields": {"pod": args.key, "node": args.node}})
             error = INTERNAL_ERROR
+        finally:
+            backlog.finished()
         request_metrics.observe("bind", "error" if error else "ok", time.perf_counter() - started)
         if error:
             log.info("bind failed", extra={"fields": {"pod": args.key, "node": args.node, "error": error}})

@@ -57,6 +57,10 @@ class ExtenderSettings:
     max_body_bytes: int = 64 * 1024 * 1024
     bind_attempts: int = 3
     bind_workers: int = 32  # threads for binds in flight (each waits on the API server)
+    # Filter waits (filter_wait_s at most) while more binds than this are pending (extender.backlog):
+    # kube-scheduler then schedules at the pace binds complete instead of queueing binds past its timeout.
+    bind_backlog: int = 64
+    filter_wait_s: float = 1.0
     bind_backoff_s: float = 0.05
     leader: LeaderSettings = field(default_factory=LeaderSettings)
     # Where the other replicas reach this one (published on the Lease while leading); "" publishes none.

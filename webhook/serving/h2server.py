@@ -32,6 +32,7 @@ from typing import Any, cast
 import uvloop
 from granian._granian import SocketHolder
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.errors import ConfigurationError, FatalError
 from granian.http import HTTP1Settings, HTTP2Settings
 from granian.log import LogLevels
 from granian.server.embed import Server
@@ -84,8 +85,8 @@ class _Embedded(Server):
         # granian's own also builds its socket and logs "Listening at"; ours is bound, and says "serving".
         untyped: Any = self
         self._init_shared_socket()
-        untyped._call_hooks(self.hooks_startup)
         untyped._spawn_workers(spawn_target, target_loader)
+        untyped._call_hooks(self.hooks_startup)
 
     def interrupt(self) -> None:
         self.interrupt_signal = True
@@ -112,6 +113,9 @@ class H2Server:
         # Loads and checks the files now (TlsError), and tells when new ones load cleanly.
         self.tls = tls.ReloadingContext(options.tls)
         self._socket = bind_socket(options.host, options.port, options.backlog)
+        # Accepted sockets inherit it (Linux), and hyper does not set it: without it an answer written as
+        # a HEADERS and a DATA frame waits for the peer's delayed ACK (kube-scheduler: 72 pods/s, not 250).
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port: int = self._socket.getsockname()[1]
         self._server: _Embedded | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -179,9 +183,15 @@ class H2Server:
         server.on_startup(self._mark_ready)
         watch = asyncio.create_task(self._watch_files(server))
         try:
-            await server.serve()
-            if not self._stopping:  # granian ends its loop when a worker dies: say so, do not exit 0
-                raise ServeError("the HTTP/2 server's worker stopped unexpectedly (its reason is logged above)")
+            try:
+                await server.serve()
+            except (ConfigurationError, FatalError) as exc:  # e.g. the app's lifespan startup failed
+                raise ServeError(f"the HTTP/2 server stopped: {exc}") from exc
+            # granian ends its loop when a worker dies: say so, do not exit 0.
+            if not self._stopping:
+                raise ServeError(
+                    "the HTTP/2 server's worker stopped unexpectedly (its reason is logged above)"
+                )
         finally:
             self.readiness.set_serving(False)
             watch.cancel()
