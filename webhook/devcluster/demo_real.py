@@ -73,7 +73,10 @@ class RealCluster:
         self.release.start_webhook()
         self.say(f"webhook at https://127.0.0.1:{self.release.webhook_port}, registered by the chart")
         self.release.start_extender()
-        self.say(f"extender at http://127.0.0.1:{self.release.extender_port}")
+        self.say(
+            f"extender at https://127.0.0.1:{self.release.extender_port} (HTTP/2, kube-scheduler's client "
+            f"certificate required), probes at http://127.0.0.1:{self.release.extender_health_port}"
+        )
         self.release.start_scheduler()
         self.say(f"kube-scheduler {release.SCHEDULER_NAME}, with the chart's configuration")
 
