@@ -84,6 +84,15 @@ def client(ext: Extender, pki: Pki, cert: tuple[Path, Path] | None) -> httpx.Cli
 
 
 BIND = {"PodName": "a", "PodNamespace": "default", "PodUID": "uid-a", "Node": "n2"}
+FORWARDED = b'{"PodName": "a", "PodNamespace": "default", "PodUID": "uid-a", "Node": "n2"}'
+
+
+def seen_pod(cluster: ApiServer, ext: Extender) -> None:
+    """Pod default/a (4 GiB) in the API, and in the extender's cache."""
+    cluster.put(pod("a", 4))
+    cluster.wait_for(lambda: ext.cache.pod("default/a"))
+
+
 SCHEDULER_CALLS = [
     ("POST", f"{PREFIX}/filter", {"Pod": {}, "NodeNames": ["n1"]}),
     ("POST", f"{PREFIX}/prioritize", {"Pod": {}, "NodeNames": ["n1"]}),
@@ -102,8 +111,7 @@ def test_scheduler_routes_refuse_a_caller_without_a_client_certificate(extender,
 
 
 def test_a_refused_bind_binds_nothing_and_is_counted(cluster, extender, pki):
-    cluster.put(pod("a", 4))
-    cluster.wait_for(lambda: extender.cache.pod("default/a"))
+    seen_pod(cluster, extender)
     with client(extender, pki, None) as anonymous:
         assert anonymous.post(f"{PREFIX}/bind", json=BIND).status_code == 403
         metrics = anonymous.get("/metrics").text
@@ -119,8 +127,7 @@ def test_probes_metrics_and_version_answer_without_a_client_certificate(extender
 
 
 def test_a_caller_with_the_client_certificate_binds(cluster, extender, pki):
-    cluster.put(pod("a", 4))
-    cluster.wait_for(lambda: extender.cache.pod("default/a"))
+    seen_pod(cluster, extender)
     with client(extender, pki, (pki.client_cert, pki.client_key)) as scheduler:
         assert scheduler.post(f"{PREFIX}/bind", json=BIND).json() == {"Error": ""}
         assert scheduler.get(f"{PREFIX}/inspect/n2").status_code == 200
@@ -194,17 +201,15 @@ def test_a_replaced_client_ca_is_taken_by_the_next_handshake(cluster, pki, tmp_p
 
 
 def test_a_follower_presents_its_client_certificate_to_the_leader(cluster, extender, pki):
-    cluster.put(pod("a", 4))
-    cluster.wait_for(lambda: extender.cache.pod("default/a"))
-    body = b'{"PodName": "a", "PodNamespace": "default", "PodUID": "uid-a", "Node": "n2"}'
+    seen_pod(cluster, extender)
     name = "gs-gpushare-extender.gpu-system.svc"
     without = forward.Forwarder(PREFIX, ca_file=pki.ca, server_name=name)
-    refused = without.bind(extender.url, body)
+    refused = without.bind(extender.url, FORWARDED)
     assert refused.outcome == forward.BAD_REPLY and "HTTP 403" in refused.error
     with_cert = forward.Forwarder(
         PREFIX, ca_file=pki.ca, server_name=name, cert_file=pki.client_cert, key_file=pki.client_key
     )
-    assert with_cert.bind(extender.url, body) == forward.Forwarded(forward.BOUND, "")
+    assert with_cert.bind(extender.url, FORWARDED) == forward.Forwarded(forward.BOUND, "")
 
 
 def test_a_missing_client_ca_file_fails_the_start_naming_it(cluster, pki, tmp_path):

@@ -19,8 +19,17 @@ import pytest
 from cryptography import x509
 from starlette.types import Receive, Scope, Send
 
-from tests.extender.factory import pod
-from tests.extender.test_client_auth import BIND, NOW, PREFIX, Pki, _write, client, make_pki
+from tests.extender.test_client_auth import (
+    BIND,
+    FORWARDED,
+    NOW,
+    PREFIX,
+    Pki,
+    _write,
+    client,
+    make_pki,
+    seen_pod,
+)
 from webhook.cli import serve_extender
 from webhook.core import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
@@ -94,14 +103,24 @@ def test_without_a_certificate_of_the_client_ca_nothing_gets_past_the_handshake(
 
 
 def test_the_schedulers_certificate_binds_and_calls_are_counted_by_http_version(cluster, extender, pki):
-    cluster.put(pod("a", 4))
-    cluster.wait_for(lambda: extender.cache.pod("default/a"))
+    seen_pod(cluster, extender)
     with client(extender, pki, (pki.client_cert, pki.client_key)) as scheduler:
         assert scheduler.post(f"{PREFIX}/bind", json=BIND).json() == {"Error": ""}
     assert cluster.get("pods", "a", "default")["spec"]["nodeName"] == "n2"
     status, text = _get(f"http://127.0.0.1:{extender.health_port}/metrics")
     assert status == 200
     assert 'gpushare_extender_scheduler_calls_total{http_version="1.1"} 1.0' in text
+
+
+def test_a_follower_forwards_bind_to_an_http2_leader_with_its_certificate(cluster, extender, pki):
+    seen_pod(cluster, extender)
+    without = forward.Forwarder(PREFIX, ca_file=pki.ca, server_name=SERVER_NAME)
+    assert without.bind(extender.url, FORWARDED).outcome != forward.BOUND  # refused at the handshake
+    assert cluster.get("pods", "a", "default")["spec"].get("nodeName") is None
+    with_cert = forward.Forwarder(
+        PREFIX, ca_file=pki.ca, server_name=SERVER_NAME, cert_file=pki.client_cert, key_file=pki.client_key
+    )
+    assert with_cert.bind(extender.url, FORWARDED) == forward.Forwarded(forward.BOUND, "")
 
 
 @pytest.mark.parametrize(
@@ -154,16 +173,6 @@ def test_new_serving_files_are_served_on_the_same_socket(cluster, tmp_path):
             assert scheduler.get(f"{PREFIX}/inspect").status_code == 200
     finally:
         ext.stop()
-
-
-def test_a_follower_forwards_bind_to_an_http2_leader_with_its_certificate(cluster, extender, pki):
-    cluster.put(pod("a", 4))
-    cluster.wait_for(lambda: extender.cache.pod("default/a"))
-    body = b'{"PodName": "a", "PodNamespace": "default", "PodUID": "uid-a", "Node": "n2"}'
-    with_cert = forward.Forwarder(
-        PREFIX, ca_file=pki.ca, server_name=SERVER_NAME, cert_file=pki.client_cert, key_file=pki.client_key
-    )
-    assert with_cert.bind(extender.url, body) == forward.Forwarded(forward.BOUND, "")
 
 
 def test_stop_returns_promptly_and_frees_the_port(cluster, pki):

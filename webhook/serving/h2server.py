@@ -24,9 +24,7 @@ import logging
 import signal
 import socket
 import threading
-import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any, cast
 
 import uvloop
@@ -39,7 +37,7 @@ from granian.server.embed import Server
 from starlette.types import ASGIApp
 
 from webhook.serving import probes, tls
-from webhook.serving.server import ServeError, ServeOptions, _address, bind_socket
+from webhook.serving.server import BackgroundServer, ServeError, ServeOptions, _address, bind_socket
 
 log = logging.getLogger(__name__)
 
@@ -98,15 +96,18 @@ class _Embedded(Server):
         self.main_loop_interrupt.set()
 
 
-class H2Server:
+class H2Server(BackgroundServer):
     """One granian server for one ASGI app, runnable in the main thread (`run`) or a background thread.
     HTTPS only: kube-scheduler negotiates HTTP/2 by ALPN, which needs TLS."""
+
+    thread_name = "h2server"
 
     def __init__(
         self, app: ASGIApp, options: ServeOptions, readiness: probes.Readiness | None = None
     ) -> None:
         if options.tls is None:
             raise ServeError("HTTP/2 serving needs a certificate and key (--tls-cert, --tls-key)")
+        super().__init__()
         self.options = options
         self.app = app
         self.readiness = readiness or probes.Readiness()
@@ -120,23 +121,10 @@ class H2Server:
         self._server: _Embedded | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
-        self._thread: threading.Thread | None = None
-        self._thread_error: BaseException | None = None
-        self._serving = threading.Event()
 
     @property
     def scheme(self) -> str:
         return "https"
-
-    @property
-    def url(self) -> str:
-        """Base URL on loopback (or the bound host when it is specific), e.g. https://127.0.0.1:8443."""
-        host = self.options.host
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1" if self._socket.family == socket.AF_INET6 else "127.0.0.1"
-        return f"https://{_address(host, self.port)}"
 
     def _embedded(self) -> _Embedded:
         files = self.options.tls
@@ -231,25 +219,6 @@ class H2Server:
         if self._server is not None:
             self._server.interrupt()
 
-    def start(self, timeout_s: float = 10.0) -> None:
-        """Serve in a daemon thread; return once it accepts connections (ServeError on failure)."""
-        self._thread = threading.Thread(target=self._run_in_thread, name="h2server", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._serving.is_set():
-            if not self._thread.is_alive():
-                raise ServeError(f"server thread ended before serving: {self._thread_error!r}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServeError(f"server did not start within {timeout_s} s")
-            time.sleep(0.005)
-
-    def _run_in_thread(self) -> None:
-        try:
-            self.run()
-        except BaseException as exc:  # reported by start(); a thread has nowhere else to put it
-            self._thread_error = exc
-
     def stop(self, timeout_s: float = 15.0) -> None:
         """Ask the server to finish its requests and stop; wait for the thread when there is one."""
         self._stopping = True
@@ -261,15 +230,3 @@ class H2Server:
             self._thread.join(timeout_s)
         elif loop is None:
             self._socket.close()
-
-    def __enter__(self) -> H2Server:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Self
 
 import uvicorn
 import uvloop
@@ -62,8 +62,77 @@ class ServeOptions:
     tls_shutdown_timeout_s: float = 2.0
 
 
-class AppServer:
+class BackgroundServer:
+    """What our servers share: `url` on loopback for their bound socket, `start()` serving from a daemon
+    thread (returning once `_serving` is set), and use as a context manager around that. Subclasses bind
+    `_socket`, set `options`, `port` and `scheme`, and define `run()` and `stop()`."""
+
+    thread_name = "server"
+    options: ServeOptions
+    port: int
+    _socket: socket.socket
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
+        self._serving = threading.Event()  # set once listening and marked ready
+
+    @property
+    def scheme(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        """Base URL on loopback (or the bound host when it is specific), e.g. https://127.0.0.1:8443."""
+        host = self.options.host
+        if host in ("0.0.0.0", ""):
+            host = "127.0.0.1"
+        elif host == ANY_ADDRESS:  # loopback of the family the socket has (IPv4 where IPv6 is missing)
+            host = "::1" if self._socket.family == socket.AF_INET6 else "127.0.0.1"
+        return f"{self.scheme}://{_address(host, self.port)}"
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float = 15.0) -> None:
+        raise NotImplementedError
+
+    def start(self, timeout_s: float = 10.0) -> None:
+        """Serve in a daemon thread; return once it accepts connections (ServeError on failure)."""
+        self._thread = threading.Thread(target=self._run_in_thread, name=self.thread_name, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._serving.is_set():
+            if not self._thread.is_alive():
+                raise ServeError(f"server thread ended before serving: {self._thread_error!r}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServeError(f"server did not start within {timeout_s} s")
+            time.sleep(0.005)
+
+    def _run_in_thread(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:  # reported by start(); a thread has nowhere else to put it
+            self._thread_error = exc
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class AppServer(BackgroundServer):
     """One uvicorn server for one app, runnable in the main thread (`run`) or a background thread."""
+
+    thread_name = "appserver"
 
     def __init__(
         self,
@@ -73,6 +142,7 @@ class AppServer:
         metrics: tuple[CollectorRegistry, str] | None = None,
     ) -> None:
         """`metrics`: (registry, namespace) that gets `<namespace>_connections_opened_total`."""
+        super().__init__()
         self.options = options
         self.readiness = readiness or probes.Readiness()
         self.tls = tls.ReloadingContext(options.tls) if options.tls is not None else None
@@ -94,9 +164,6 @@ class AppServer:
             ssl_context_factory=self._ssl_context if self.tls is not None else None,
         )
         self._server = uvicorn.Server(config)
-        self._thread: threading.Thread | None = None
-        self._thread_error: BaseException | None = None
-        self._serving = threading.Event()  # set once listening and marked ready
 
     @property
     def connections_opened(self) -> int:
@@ -106,16 +173,6 @@ class AppServer:
     @property
     def scheme(self) -> str:
         return "https" if self.tls is not None else "http"
-
-    @property
-    def url(self) -> str:
-        """Base URL on loopback (or the bound host when it is specific), e.g. https://127.0.0.1:8443."""
-        host = self.options.host
-        if host in ("0.0.0.0", ""):
-            host = "127.0.0.1"
-        elif host == ANY_ADDRESS:  # loopback of the family the socket has (IPv4 where IPv6 is missing)
-            host = "::1" if self._socket.family == socket.AF_INET6 else "127.0.0.1"
-        return f"{self.scheme}://{_address(host, self.port)}"
 
     @property
     def started(self) -> bool:
@@ -177,25 +234,6 @@ class AppServer:
         with asyncio.Runner(loop_factory=lambda: loop) as runner:
             runner.run(self.serve())
 
-    def start(self, timeout_s: float = 10.0) -> None:
-        """Serve in a daemon thread; return once it accepts connections (ServeError on failure)."""
-        self._thread = threading.Thread(target=self._run_in_thread, name="appserver", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._serving.is_set():
-            if not self._thread.is_alive():
-                raise ServeError(f"server thread ended before serving: {self._thread_error!r}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise ServeError(f"server did not start within {timeout_s} s")
-            time.sleep(0.005)
-
-    def _run_in_thread(self) -> None:
-        try:
-            self.run()
-        except BaseException as exc:  # reported by start(); a thread has nowhere else to put it
-            self._thread_error = exc
-
     def stop(self, timeout_s: float = 15.0) -> None:
         """Ask the server to finish its requests and stop; wait for the thread when there is one."""
         self._server.should_exit = True
@@ -206,18 +244,6 @@ class AppServer:
                 self._thread.join(timeout_s)
         else:
             self._socket.close()
-
-    def __enter__(self) -> AppServer:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 class _Loop(uvloop.Loop):
