@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from tests.e2e import objects
 from tests.e2e.bed import FULLNAME, Bed
-from tests.e2e.test_extender_tls import PREFIX, _call, _context
-from webhook.core import certificates
+from tests.e2e.test_extender_tls import PREFIX, _call, _context, bind_as_another_name
 from webhook.devcluster import helm
 from webhook.devcluster.release import NAMESPACE, RELEASE
 from webhook.extender import app as app_mod
@@ -60,14 +58,7 @@ def test_probes_answer_on_the_extenders_port_and_scheduler_verbs_need_a_certific
 
 
 def test_a_certificate_of_the_same_ca_with_another_name_is_refused(http1: Bed, tmp_path: Path) -> None:
-    assert http1.cp.pki is not None
-    now = datetime.now(UTC)
-    other = certificates.generate_client(http1.cp.pki.ca(), "ci-robot", [], now)
-    cert, key = tmp_path / "c.crt", tmp_path / "c.key"
-    cert.write_bytes(other.cert_pem)
-    key.write_bytes(other.key_pem)
-    bind = {"PodName": "x", "PodNamespace": "default", "PodUID": "", "Node": "n"}
-    status, reply = _call(http1, "POST", f"{PREFIX}/bind", bind, _context(http1, (cert, key)))
+    status, reply = bind_as_another_name(http1, tmp_path)
     assert status == 403
     assert reply == {"Error": app_mod.not_an_allowed_client("CN=ci-robot", frozenset({"gpushare-scheduler"}))}
 

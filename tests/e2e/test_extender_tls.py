@@ -58,6 +58,17 @@ def _call(bed: Bed, method: str, path: str, body: Any, context: ssl.SSLContext) 
         conn.close()
 
 
+def bind_as_another_name(bed: Bed, folder: Path) -> tuple[int, Any]:
+    """A bind with a client certificate the extender's CA signed for another name (CN=ci-robot)."""
+    assert bed.cp.pki is not None
+    other = certificates.generate_client(bed.cp.pki.ca(), "ci-robot", [], datetime.now(UTC))
+    cert, key = folder / "c.crt", folder / "c.key"
+    cert.write_bytes(other.cert_pem)
+    key.write_bytes(other.key_pem)
+    bind = {"PodName": "x", "PodNamespace": "default", "PodUID": "", "Node": "n"}
+    return _call(bed, "POST", f"{PREFIX}/bind", bind, _context(bed, (cert, key)))
+
+
 @pytest.fixture(scope="module")
 def scheduler_pair(bed: Bed) -> tuple[Path, Path]:
     tls = _scheduler_tls(bed)
@@ -126,14 +137,7 @@ def test_over_http2_the_client_ca_is_the_check_so_auto_keeps_it_for_the_charts_o
     # another name gets through. Hence extender.http2=auto turns HTTP/2 on only where the chart's own CA
     # issues the extender's certificates, and keeps HTTP/1.1 with --client-name for a CA that may be
     # shared (provided, your issuer); that name check is tests/extender/test_client_auth.py's.
-    assert bed.cp.pki is not None
-    now = datetime.now(UTC)
-    other = certificates.generate_client(bed.cp.pki.ca(), "ci-robot", [], now)
-    cert, key = tmp_path / "c.crt", tmp_path / "c.key"
-    cert.write_bytes(other.cert_pem)
-    key.write_bytes(other.key_pem)
-    bind = {"PodName": "x", "PodNamespace": "default", "PodUID": "", "Node": "n"}
-    status, reply = _call(bed, "POST", f"{PREFIX}/bind", bind, _context(bed, (cert, key)))
+    status, reply = bind_as_another_name(bed, tmp_path)
     assert status == 200 and reply["Error"] == "pod default/x not found"
 
 

@@ -169,8 +169,12 @@ def test_new_serving_files_are_served_on_the_same_socket(cluster, tmp_path):
             time.sleep(0.2)
         else:
             raise AssertionError("the new certificate was not served within 10 s")
+        # Once the old workers have stopped, the socket still accepts and the app still binds.
+        time.sleep(h2server.RESPAWN_DELAY_S + 0.5)
+        seen_pod(cluster, ext)
         with client(ext, own, client_pair) as scheduler:
             assert scheduler.get(f"{PREFIX}/inspect").status_code == 200
+            assert scheduler.post(f"{PREFIX}/bind", json=BIND).json() == {"Error": ""}
     finally:
         ext.stop()
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import threading
@@ -29,6 +30,7 @@ from typing import Any, cast
 
 import uvloop
 from granian._granian import SocketHolder
+from granian.asgi import LifespanProtocol
 from granian.constants import HTTPModes, Interfaces, SSLProtocols
 from granian.errors import ConfigurationError, FatalError
 from granian.http import HTTP1Settings, HTTP2Settings
@@ -40,6 +42,9 @@ from webhook.serving import probes, tls
 from webhook.serving.server import BackgroundServer, ServeError, ServeOptions, _address, bind_socket
 
 log = logging.getLogger(__name__)
+
+# How long old and new workers both serve at a respawn (granian's default 3.5 s); ours start in ms.
+RESPAWN_DELAY_S = 1.0
 
 # granian configures its loggers with dictConfig; incremental, it only sets levels, and our handlers
 # (JSON lines) stay. Its access log stays off: requests are counted in metrics.
@@ -73,11 +78,19 @@ class _Embedded(Server):
         self._ours = sock
 
     def _init_shared_socket(self) -> None:
-        # What granian pickles a SocketHolder as: (fd, is a unix socket, backlog); its stub lists no args.
         untyped: Any = self
-        untyped._shd = cast(Any, SocketHolder)(self._ours.fileno(), False, self.backlog)
         untyped._sfd = self._ours.fileno()
         untyped._ssp = None
+
+    def _spawn_worker(self, *args: Any, **kwargs: Any) -> Any:
+        # A worker closes the listener it was given when it stops (in Rust, a TcpListener made from the
+        # fd): each gets its own duplicate, or the old worker stopping at a respawn would close the socket
+        # the new one accepts on (and ours, whose number could by then be another file's).
+        # A SocketHolder is (fd, is a unix socket, backlog); its stub lists no args.
+        untyped: Any = self
+        untyped._shd = cast(Any, SocketHolder)(os.dup(self._ours.fileno()), False, self.backlog)
+        parent: Any = super()
+        return parent._spawn_worker(*args, **kwargs)
 
     def startup(self, spawn_target: Any, target_loader: Any) -> None:
         # granian's own also builds its socket and logs "Listening at"; ours is bound, and says "serving".
@@ -90,10 +103,54 @@ class _Embedded(Server):
         self.interrupt_signal = True
         self.main_loop_interrupt.set()
 
-    def respawn(self) -> None:
-        """New workers (which read the certificate files again) on the same socket, then the old ones stop."""
+    def use_files(self, files: tls.TlsFiles) -> None:
+        """Workers started from now on read these files (granian's own resolved the paths once)."""
+        # granian's TLS settings: (on, cert, key, key password, minimum version, CA, CRLs, verify clients)
+        untyped: Any = self
+        settings = list(untyped.ssl_ctx)
+        settings[1], settings[2] = str(files.cert), str(files.key)
+        settings[5] = str(files.client_ca) if files.client_ca is not None else None
+        untyped.ssl_ctx = tuple(settings)
+
+    def respawn(self, files: tls.TlsFiles) -> None:
+        """New workers reading `files` on the same socket, then the old ones stop."""
+        self.use_files(files)
         self.reload_signal = True
         self.main_loop_interrupt.set()
+
+
+class _Pinned:
+    """Certificate files copied into memory files (memfd) and checked there, for granian to read by
+    /proc/self/fd path. Every new worker reads its files again, and panics, aborting the process, on
+    one it cannot open or parse: a Secret volume's update deletes the folder the old paths led to, and
+    a file rewritten between our check and that read could be half-written. Nobody changes these."""
+
+    def __init__(self, files: tls.TlsFiles) -> None:
+        self._fds: list[int] = []
+        try:
+            pinned = [self._copy(path) for path in files.paths]
+            ca = pinned[2] if files.client_ca is not None else None
+            self.files = tls.TlsFiles(pinned[0], pinned[1], client_ca=ca)
+            tls.server_context(self.files)  # TlsError unless they load (and the key fits)
+        except BaseException:
+            self.close()
+            raise
+
+    def _copy(self, path: Path) -> Path:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise tls.TlsError(f"cannot read {path}: {exc.strerror or exc}") from exc
+        fd = os.memfd_create(path.name, os.MFD_CLOEXEC)
+        self._fds.append(fd)
+        with open(fd, "wb", closefd=False) as copy:
+            copy.write(data)
+        return Path(f"/proc/self/fd/{fd}")
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
 
 
 class H2Server(BackgroundServer):
@@ -119,6 +176,7 @@ class H2Server(BackgroundServer):
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.port: int = self._socket.getsockname()[1]
         self._server: _Embedded | None = None
+        self._pinned: list[_Pinned] = []  # the files the newest workers read, and the ones before
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = False
 
@@ -135,7 +193,7 @@ class H2Server(BackgroundServer):
             target=self.app,
             address=self.options.host,
             port=self.port,
-            interface=Interfaces.ASGI,  # with the lifespan protocol, as uvicorn runs it
+            interface=Interfaces.ASGINL,  # the lifespan protocol runs in serve(), once
             http=HTTPModes.auto,  # HTTP/2 by ALPN, HTTP/1.1 for the rest (probes, curl)
             websockets=False,
             backlog=self.options.backlog,
@@ -164,16 +222,28 @@ class H2Server(BackgroundServer):
     async def serve(self) -> None:
         """Serve until `stop()` or a signal; follows the certificate files meanwhile."""
         self._loop = asyncio.get_running_loop()
-        server = self._server = self._embedded()
-        server.workers_kill_timeout = int(self.options.graceful_shutdown_s) or 1
-        if self._stopping:
-            server.interrupt()
-        server.on_startup(self._mark_ready)
-        watch = asyncio.create_task(self._watch_files(server))
+        # The app's lifespan runs here, once: granian's would run it in every worker, so a respawn would
+        # start the app again and the old workers' exit shut down what the new ones use.
+        lifespan: Any = cast(Any, LifespanProtocol)(self.app)
+        watch: asyncio.Task[None] | None = None
         try:
+            server = self._server = self._embedded()
+            assert self.options.tls is not None
+            self._pinned.append(_Pinned(self.options.tls))
+            server.use_files(self._pinned[-1].files)
+            server.workers_kill_timeout = int(self.options.graceful_shutdown_s) or 1
+            server.respawn_interval = RESPAWN_DELAY_S
+            if self._stopping:
+                server.interrupt()
+            server.on_startup(self._mark_ready)
+            watch = asyncio.create_task(self._watch_files(server))
+            await lifespan.startup()
+            if lifespan.interrupt:
+                cause = f": {lifespan.exc!r}" if lifespan.exc is not None else ""
+                raise ServeError(f"the HTTP/2 server stopped: ASGI lifespan startup failed{cause}")
             try:
                 await server.serve()
-            except (ConfigurationError, FatalError) as exc:  # e.g. the app's lifespan startup failed
+            except (ConfigurationError, FatalError) as exc:
                 raise ServeError(f"the HTTP/2 server stopped: {exc}") from exc
             # granian ends its loop when a worker dies: say so, do not exit 0.
             if not self._stopping:
@@ -182,10 +252,15 @@ class H2Server(BackgroundServer):
                 )
         finally:
             self.readiness.set_serving(False)
-            watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watch
+            if watch is not None:
+                watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watch
             self._socket.close()
+            for pinned in self._pinned:
+                pinned.close()
+            if lifespan.event_startup.is_set() and not lifespan.interrupt:  # started, and fine
+                await lifespan.shutdown()
 
     def _mark_ready(self) -> None:
         self.readiness.set_serving(True)
@@ -197,11 +272,21 @@ class H2Server(BackgroundServer):
         self._serving.set()
 
     async def _watch_files(self, server: _Embedded) -> None:
+        due = False  # new files loaded cleanly, and no workers serve them yet
         while True:
             await asyncio.sleep(self.options.cert_reload_interval_s)
             try:
-                if self.tls.reload_if_changed():  # checked and settled: granian reads the same files
-                    server.respawn()
+                due = self.tls.reload_if_changed() or due
+                if due:
+                    pinned = _Pinned(self.tls.files)
+                    server.respawn(pinned.files)
+                    due = False
+                    # Workers read their files as they start: those before the last are read by now.
+                    for old in self._pinned[:-1]:
+                        old.close()
+                    self._pinned = [*self._pinned[-1:], pinned]
+            except tls.TlsError as exc:  # changed again since the check: the next poll takes them
+                log.warning("new certificate files not taken yet: %s", exc)
             except Exception:  # never let a bad file end the watch; the old certificate keeps serving
                 log.exception("certificate reload failed")
 
