@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from webhook.core import allocator, resources
 from webhook.core.accounting import Gpu
 from webhook.core.allocator import Fit, NoFit, Policy
+from webhook.core.annotations import Allocation
 from webhook.core.demand import GpuMemoryDemand
 
 
@@ -172,3 +173,18 @@ def test_a_fit_never_over_commits_never_uses_unhealthy_gpus_and_splits_exactly(n
     if d.gpu_count > 1 and d.total:
         assert len(per_gpu) == d.gpu_count
         assert set(per_gpu.values()) == {d.per_gpu}
+
+
+def test_again_keeps_an_allocation_whose_gpus_still_have_the_room() -> None:
+    gpus = [Gpu(0, 12, used=4), Gpu(1, 16, used=15)]
+    kept = allocator.again(Allocation({0: {0: 8}}), gpus)
+    assert kept == allocator.Fit(Allocation({0: {0: 8}}), 12)
+    split = allocator.again(Allocation({0: {1: 1}, 1: {0: 8}}), gpus)
+    assert split is not None and split.device_memory == 12  # the lowest-index GPU's memory
+
+
+def test_again_refuses_a_gpu_without_the_room_unhealthy_or_unknown() -> None:
+    assert allocator.again(Allocation({0: {0: 9}}), [Gpu(0, 12, used=4)]) is None
+    assert allocator.again(Allocation({0: {0: 1}}), [Gpu(0, 12, healthy=False)]) is None
+    assert allocator.again(Allocation({0: {3: 1}}), [Gpu(0, 12)]) is None
+    assert allocator.again(Allocation({}), [Gpu(0, 12)]) is None

@@ -175,3 +175,41 @@ def test_the_uids_of_deleted_pods_are_kept_only_up_to_a_bound(monkeypatch):
     assert filtered(cache, pod("x", 8)) == ["n1"]  # the oldest is forgotten: nominated as unseen pods are
     assert filtered(cache, pod("z", 8)) == ["n2"]  # x's nomination holds n1; z is remembered: not nominated
     assert cache.nominated() == {"default/x": "n1"}
+
+
+def test_a_bind_arriving_after_later_pods_filters_keeps_the_gpu_its_filter_chose():
+    # kube-scheduler filters a, then b, and a's bind comes after b's filter: fitting a anew would see b
+    # counted on GPU 1 and find that tighter than GPU 0, the GPU online best fit gave a.
+    a, b = pod("a", 8), pod("b", 7)
+    cache, api = Cache(), FakeApi()
+    cache.nodes_resync([node("n1", 12, 16)])
+    for p in (a, b):
+        api.add(p)
+    cache.pods_resync([a, b])
+    binder = Binder(cache, api, ExtenderSettings(), clock_ns=lambda: 42, sleep=lambda s: None)
+    for p in (a, b):
+        result = scheduling.filter_nodes(cache, wire.ExtenderArgs(p, ("n1",)), allocator.Policy.BINPACK, True)
+        assert result["NodeNames"] == ["n1"]
+    assert used(cache, "n1") == [8, 7]
+    assert binder.bind(BindingArgs("a", "default", "uid-a", "n1")) == ""
+    assert binder.bind(BindingArgs("b", "default", "uid-b", "n1")) == ""
+    assert used(cache, "n1") == [8, 7]
+    placed = {key: ann.decode(notes) for key, _, notes in api.bound}
+    first = placed["default/a"]
+    assert first is not None and first.allocation.gpus() == (0,) and first.device_memory == 12
+
+
+def test_a_bind_fits_anew_when_its_filters_gpu_no_longer_has_the_room():
+    a = pod("a", 8)
+    cache, api = Cache(), FakeApi()
+    cache.nodes_resync([node("n1", 12, 16)])
+    api.add(a)
+    cache.pods_resync([a])
+    binder = Binder(cache, api, ExtenderSettings(), clock_ns=lambda: 42, sleep=lambda s: None)
+    result = scheduling.filter_nodes(cache, wire.ExtenderArgs(a, ("n1",)), allocator.Policy.BINPACK, True)
+    assert result["NodeNames"] == ["n1"] and used(cache, "n1") == [8, 0]
+    # A pod kube-scheduler placed elsewhere shows up bound on GPU 0 meanwhile (e.g. another scheduler).
+    other = pod("o", 6, node_name="n1", placed={0: {0: 6}}, phase="Running")
+    cache.pod_event(MODIFIED, other)
+    assert binder.bind(BindingArgs("a", "default", "uid-a", "n1")) == ""
+    assert used(cache, "n1") == [6, 8]  # GPU 0 has 6 left, not 8: a fits anew on GPU 1

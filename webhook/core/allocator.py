@@ -103,6 +103,22 @@ def fit(
     return NoFit(too_small(largest, demand.effective, unit))
 
 
+def again(allocation: Allocation, gpus: Sequence[Gpu]) -> Fit | None:
+    """`allocation` once more (the GPUs filter chose for the pod, in kube-scheduler's order) when every
+    one of its GPUs is healthy and still has the room; None when not (then fit anew). A bind that fit
+    anew would see the nominations of pods filtered after it, and could take a GPU one of them was
+    counted on, where online best fit in kube-scheduler's order would not."""
+    by_index = {g.index: g for g in gpus}
+    per_gpu = allocation.per_gpu()
+    if not per_gpu:
+        return None
+    for index, units in per_gpu.items():
+        gpu = by_index.get(index)
+        if gpu is None or gpu.free < units:
+            return None
+    return Fit(allocation, by_index[min(per_gpu)].memory)
+
+
 # Filter's prefix for a pod that does not fit a node even emptied of pods: preempting cannot help there.
 EMPTIED = "even with no other pod on it: "
 

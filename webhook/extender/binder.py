@@ -269,11 +269,17 @@ class Binder:
         self, args: BindingArgs, uid: str, choose: _Choose, created: str
     ) -> tuple[int, ann.Placement] | str:
         with self._node_lock(args.node), self.cache.locked():
+            nominated = self.cache.nominated_allocation(args.key, uid, args.node)
             self.cache.drop_nomination(args.key)  # filter's guess of this pod: bind decides now
             ledger = self.cache.ledger(args.node)
             if ledger is None:
                 return f"node {args.node} is not known to the gpushare extender"
-            result = choose(ledger.gpus(), ledger.unit)
+            gpus = ledger.gpus()
+            # Filter's GPUs when they still have the room: binds arrive out of order, and fitting anew
+            # would see the nominations of pods kube-scheduler placed after this one.
+            result = (allocator.again(nominated, gpus) if nominated is not None else None) or choose(
+                gpus, ledger.unit
+            )
             if isinstance(result, allocator.NoFit):
                 return f"node {args.node}: {result.reason}"
             now = self._clock_ns()

@@ -339,6 +339,15 @@ class Cache:
             self._ledger(node).place(share)
             return True
 
+    def nominated_allocation(self, key: str, uid: str, node: str) -> ann.Allocation | None:
+        """The GPUs filter counted pod `key` (of `uid`) on at `node`, while that nomination stands."""
+        with self._lock:
+            nomination = self._nominations.get(key)
+            if nomination is None or nomination.node != node or nomination.uid != uid:
+                return None
+            share = self._ledger(node).share(key)
+            return share.allocation if share is not None else None
+
     def drop_nomination(self, key: str) -> None:
         """Stop counting the pod's nomination: its bind is choosing now, or filter is asked again."""
         with self._lock:
