@@ -21,6 +21,7 @@ apiserver_request_total).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import re
@@ -284,7 +285,7 @@ def packing(bed: Bed, seed: int, nodes: int, gpus: int, policy: str) -> None:
         for i, gib in enumerate(workload)
     ]
     t0 = time.monotonic()
-    feed = lambda: create_in_order(bed, ns, bodies)  # noqa: E731 - one line, used once
+    feed = functools.partial(create_in_order, bed, ns, bodies)
     stop(bed, saturate(bed, ns, len(bodies), bed.start_scheduler, feed=feed))
     elapsed = time.monotonic() - t0
     stored = bed.pods(ns)

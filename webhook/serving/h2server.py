@@ -39,7 +39,7 @@ from granian.server.embed import Server
 from starlette.types import ASGIApp
 
 from webhook.serving import probes, tls
-from webhook.serving.server import BackgroundServer, ServeError, ServeOptions, _address, bind_socket
+from webhook.serving.server import BackgroundServer, ServeError, ServeOptions, bind_socket
 
 log = logging.getLogger(__name__)
 
@@ -263,13 +263,7 @@ class H2Server(BackgroundServer):
                 await lifespan.shutdown()
 
     def _mark_ready(self) -> None:
-        self.readiness.set_serving(True)
-        fields = {"url": f"https://{_address(self.options.host, self.port)}", "protocols": "h2, http/1.1"}
-        assert self.options.tls is not None
-        fields["cert"] = str(self.options.tls.cert.absolute())
-        fields["key"] = str(self.options.tls.key.absolute())
-        log.info("serving", extra={"fields": fields})
-        self._serving.set()
+        self._announce_serving(protocols="h2, http/1.1")
 
     async def _watch_files(self, server: _Embedded) -> None:
         due = False  # new files loaded cleanly, and no workers serve them yet

@@ -70,6 +70,7 @@ class BackgroundServer:
     thread_name = "server"
     options: ServeOptions
     port: int
+    readiness: probes.Readiness
     _socket: socket.socket
 
     def __init__(self) -> None:
@@ -90,6 +91,17 @@ class BackgroundServer:
         elif host == ANY_ADDRESS:  # loopback of the family the socket has (IPv4 where IPv6 is missing)
             host = "::1" if self._socket.family == socket.AF_INET6 else "127.0.0.1"
         return f"{self.scheme}://{_address(host, self.port)}"
+
+    def _announce_serving(self, **extra: str) -> None:
+        """Ready, the "serving" log line (with `extra` fields), then `start()` may return."""
+        self.readiness.set_serving(True)
+        fields = {"url": f"{self.scheme}://{_address(self.options.host, self.port)}", **extra}
+        if self.options.tls is not None:
+            # Which files are served (absolute: the working folder is not in the log), never what is in them.
+            fields["cert"] = str(self.options.tls.cert.absolute())
+            fields["key"] = str(self.options.tls.key.absolute())
+        log.info("serving", extra={"fields": fields})
+        self._serving.set()  # after the line: start() returns with it written (a test reads it at once)
 
     def run(self) -> None:
         raise NotImplementedError
@@ -204,14 +216,7 @@ class AppServer(BackgroundServer):
             if self._server.should_exit:
                 return
             await asyncio.sleep(0.01)
-        self.readiness.set_serving(True)
-        fields = {"url": f"{self.scheme}://{_address(self.options.host, self.port)}"}
-        if self.options.tls is not None:
-            # Which files are served (absolute: the working folder is not in the log), never what is in them.
-            fields["cert"] = str(self.options.tls.cert.absolute())
-            fields["key"] = str(self.options.tls.key.absolute())
-        log.info("serving", extra={"fields": fields})
-        self._serving.set()  # after the line: start() returns with it written (a test reads it at once)
+        self._announce_serving()
 
     def run(self) -> None:
         """Serve in this thread until SIGINT/SIGTERM (uvicorn handles the signals in the main thread)."""
