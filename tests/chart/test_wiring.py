@@ -10,11 +10,15 @@ import pytest
 import yaml
 
 from tests.chart import render
+from tests.extender.factory import FakeApi
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
 from webhook.cli import serve_device_plugin, serve_extender
 from webhook.core import devices, resources
-from webhook.serving import probes, server
+from webhook.extender import app as extender_app
+from webhook.extender.binder import Binder
+from webhook.extender.cache import Cache
+from webhook.serving import fastpath, probes, server
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"
@@ -164,10 +168,13 @@ def test_scheduler_configurations_call_the_extenders_routes(objects: list[dict[s
         {"name": resources.GPU_MEMORY, "ignoredByScheduler": False},
         {"name": resources.NVIDIA_GPU, "ignoredByScheduler": False},  # whole cards beside shares
     ]
-    app_module = importlib.import_module("webhook.extender.app")
-    source = Path(app_module.__file__ or "").read_text()
+    settings, cache = ext_settings.ExtenderSettings(), Cache()
+    binder = Binder(cache, FakeApi(), settings)
+    app = extender_app.build_app(extender_app.ExtenderApp(cache, binder, settings))
+    assert isinstance(app, fastpath.FastPathApp)
     for verb in ("filterVerb", "prioritizeVerb", "bindVerb"):
-        assert f'f"{{prefix}}/{extender[verb]}"' in source, f"no route for {verb}={extender[verb]}"
+        path = f"{ext_settings.URL_PREFIX}/{extender[verb]}"
+        assert path in app.endpoints, f"no route for {verb}={extender[verb]}"
 
 
 def test_device_plugin_daemonset_meets_the_kubelet_contract(objects: list[dict[str, Any]]) -> None:

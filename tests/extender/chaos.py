@@ -1,7 +1,8 @@
 """Faults injected between the extender's binder and any API server (the stand-in or a real one).
 
-`FaultyBindingApi` wraps the binder's `BindingApi` seam, so the same faults work against a real API
-server, where nothing can be injected server-side: latency before a Binding reaches the API and before
+`FaultyBindingApi` wraps the binder's `BindingApi` seam (and `FaultyAsyncBindingApi` the event loop's
+`AsyncBindingApi`, drawing from the same `Injector`), so the same faults work against a real API server,
+where nothing can be injected server-side: latency before a Binding reaches the API and before
 its reply comes back, 409 and 500 that never reached it, 500 for a Binding that did land (a lost reply),
 500 on the GET the binder makes after a failure. `kill()` models the process dying: nothing more is
 sent, while calls already on the wire finish.
@@ -9,6 +10,7 @@ sent, while calls already on the wire finish.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import random
 import threading
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.extender.binder import BindingApi
+from webhook.extender.bindcalls import AsyncBindingApi, BindingApi
 from webhook.kube import errors
 
 # Counter keys of `FaultyBindingApi.injected`.
@@ -40,11 +42,10 @@ class Faults:
         return cls(latency_s=0.0, slow=0.0, conflict=0.0, error=0.0, lost_reply=0.0, get_error=0.0)
 
 
-class FaultyBindingApi:
-    """A BindingApi that passes calls to `inner` with the faults of `faults`; counts what it injected."""
+class Injector:
+    """The faults of `faults`, drawn from one seeded generator; counts what it injected. Thread-safe."""
 
-    def __init__(self, inner: BindingApi, faults: Faults, seed: int = 0) -> None:
-        self.inner = inner
+    def __init__(self, faults: Faults, seed: int = 0) -> None:
         self.faults = faults
         self.injected: collections.Counter[str] = collections.Counter()
         self.sent = 0  # Bindings that reached the API
@@ -54,24 +55,25 @@ class FaultyBindingApi:
         self._in_flight = 0
         self._idle = threading.Condition(self._lock)
 
-    def _draw(self) -> tuple[float, float, float]:
+    def draw(self) -> tuple[float, float, float]:
         with self._lock:
             return self._rng.random(), self._rng.random(), self._rng.uniform(0, self.faults.latency_s)
 
-    def _count(self, what: str) -> None:
+    def count(self, what: str) -> None:
         with self._lock:
             self.injected[what] += 1
 
-    def _enter(self) -> None:
+    def enter(self) -> None:
         with self._lock:
             if self._dead:
                 self.injected[DEAD] += 1
                 raise errors.ApiError(errors.TRANSPORT, "ConnectionError", "the extender process is gone")
             self._in_flight += 1
 
-    def _leave(self) -> None:
+    def leave(self, sent: bool = False) -> None:
         with self._lock:
             self._in_flight -= 1
+            self.sent += sent
             self._idle.notify_all()
 
     def kill(self, timeout_s: float = 30.0) -> None:
@@ -80,40 +82,130 @@ class FaultyBindingApi:
             self._dead = True
             self._idle.wait_for(lambda: self._in_flight == 0, timeout_s)
 
-    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
-        fault, slow, delay = self._draw()
+    def refused(self, name: str, fault: float) -> errors.ApiError | None:
+        """The error a Binding gets without reaching the API, if `fault` draws one."""
         f = self.faults
-        if slow < f.slow:
-            self._count(SLOW)
-            time.sleep(delay)
         if fault < f.conflict:
-            self._count(CONFLICT)
-            raise errors.ConflictError(409, "Conflict", f"injected conflict binding pod {name}")
+            self.count(CONFLICT)
+            return errors.ConflictError(409, "Conflict", f"injected conflict binding pod {name}")
         if fault < f.conflict + f.error:
-            self._count(ERROR)
-            raise errors.ApiError(500, "InternalError", f"injected error binding pod {name}")
-        self._enter()
+            self.count(ERROR)
+            return errors.ApiError(500, "InternalError", f"injected error binding pod {name}")
+        return None
+
+    def lost_reply(self, name: str, fault: float) -> errors.ApiError | None:
+        f = self.faults
+        if fault < f.conflict + f.error + f.lost_reply:
+            self.count(LOST_REPLY)
+            return errors.ApiError(500, "InternalError", f"injected lost reply binding pod {name}")
+        return None
+
+    def get_refused(self, name: str, fault: float) -> errors.ApiError | None:
+        if fault < self.faults.get_error:
+            self.count(GET_ERROR)
+            return errors.ApiError(500, "InternalError", f"injected error reading pod {name}")
+        return None
+
+
+class FaultyBindingApi:
+    """A BindingApi that passes calls to `inner` with the faults `injector` draws."""
+
+    def __init__(self, inner: BindingApi, faults: Faults | Injector, seed: int = 0) -> None:
+        self.inner = inner
+        self.injector = faults if isinstance(faults, Injector) else Injector(faults, seed)
+
+    @property
+    def injected(self) -> collections.Counter[str]:
+        return self.injector.injected
+
+    @property
+    def sent(self) -> int:
+        return self.injector.sent
+
+    def kill(self, timeout_s: float = 30.0) -> None:
+        self.injector.kill(timeout_s)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        inj = self.injector
+        fault, slow, delay = inj.draw()
+        if slow < inj.faults.slow:
+            inj.count(SLOW)
+            time.sleep(delay)
+        refused = inj.refused(name, fault)
+        if refused is not None:
+            raise refused
+        inj.enter()
+        sent = False
         try:
             self.inner.bind(namespace, name, uid, node, annotations)
-            with self._lock:
-                self.sent += 1
+            sent = True
         finally:
-            self._leave()
-        if slow < f.slow:
+            inj.leave(sent)
+        if slow < inj.faults.slow:
             time.sleep(delay)  # the reply is slow too: the watch may show the pod bound first
-        if fault < f.conflict + f.error + f.lost_reply:
-            self._count(LOST_REPLY)
-            raise errors.ApiError(500, "InternalError", f"injected lost reply binding pod {name}")
+        lost = inj.lost_reply(name, fault)
+        if lost is not None:
+            raise lost
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        fault, slow, delay = self._draw()
-        if slow < self.faults.slow:
+        inj = self.injector
+        fault, slow, delay = inj.draw()
+        if slow < inj.faults.slow:
             time.sleep(delay)  # not counted: `slow` counts delayed Bindings
-        if fault < self.faults.get_error:
-            self._count(GET_ERROR)
-            raise errors.ApiError(500, "InternalError", f"injected error reading pod {name}")
-        self._enter()
+        refused = inj.get_refused(name, fault)
+        if refused is not None:
+            raise refused
+        inj.enter()
         try:
             return self.inner.get_pod(namespace, name)
         finally:
-            self._leave()
+            inj.leave()
+
+
+class FaultyAsyncBindingApi:
+    """FaultyBindingApi on the event loop: the same faults, awaited delays."""
+
+    def __init__(self, inner: AsyncBindingApi, injector: Injector) -> None:
+        self.inner = inner
+        self.injector = injector
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        inj = self.injector
+        fault, slow, delay = inj.draw()
+        if slow < inj.faults.slow:
+            inj.count(SLOW)
+            await asyncio.sleep(delay)
+        refused = inj.refused(name, fault)
+        if refused is not None:
+            raise refused
+        inj.enter()
+        sent = False
+        try:
+            await self.inner.bind(namespace, name, uid, node, annotations)
+            sent = True
+        finally:
+            inj.leave(sent)
+        if slow < inj.faults.slow:
+            await asyncio.sleep(delay)
+        lost = inj.lost_reply(name, fault)
+        if lost is not None:
+            raise lost
+
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        inj = self.injector
+        fault, slow, delay = inj.draw()
+        if slow < inj.faults.slow:
+            await asyncio.sleep(delay)
+        refused = inj.get_refused(name, fault)
+        if refused is not None:
+            raise refused
+        inj.enter()
+        try:
+            return await self.inner.get_pod(namespace, name)
+        finally:
+            inj.leave()
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,13 +1,18 @@
-"""Builders of the Pod and Node JSON the extender tests feed in, and a fake BindingApi."""
+"""Builders of the Pod and Node JSON the extender tests feed in, a fake BindingApi, and a Binder that
+binds as the app does on its event loop."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from webhook.core import annotations as ann
 from webhook.core import resources
+from webhook.extender.bindcalls import BindingApi
+from webhook.extender.binder import Binder
+from webhook.extender.wire import BindingArgs
 from webhook.kube import errors
 
 
@@ -107,3 +112,31 @@ class FakeApi:
             if self.get_failures:
                 raise api_error(*self.get_failures.pop(0))
             return self.pods.get(f"{namespace}/{name}")
+
+
+class OnLoop:
+    """An AsyncBindingApi passing each call to a blocking BindingApi (the fake: its calls are instant
+    unless a test holds its gate, which then holds this loop; each bind runs on a loop of its own)."""
+
+    def __init__(self, inner: BindingApi) -> None:
+        self.inner = inner
+
+    async def bind(
+        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
+    ) -> None:
+        self.inner.bind(namespace, name, uid, node, annotations)
+
+    async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.inner.get_pod(namespace, name)
+
+    def close(self) -> None:
+        pass
+
+
+class LoopBinder(Binder):
+    """A Binder whose `bind` runs as the app's does with a loop API: `bind_on_loop` (here on a loop of
+    its own per call), and the thread path only when another bind holds the pod's turn."""
+
+    def bind(self, args: BindingArgs) -> str:
+        result = asyncio.run(self.bind_on_loop(args, OnLoop(self.api)))
+        return super().bind(args) if result is None else result

@@ -104,8 +104,9 @@ def run(
 ) -> Report:
     """Drive `workload` against the API server that `connect()` reaches (a new `ApiClient` per call:
     the driver's own and one per extender incarnation) and an in-process extender built by
-    `make_extender(api)`, its binder's API calls passing through `chaos.FaultyBindingApi`. The
-    invariant is checked from the API's stored pods all along; the Report lists every violation.
+    `make_extender(api)`, its binder's API calls passing through `chaos.FaultyBindingApi` (on threads)
+    and `chaos.FaultyAsyncBindingApi` (on the event loop). The invariant is checked from the API's
+    stored pods all along; the Report lists every violation.
     `disturb()`, when given, is called `workload.disturbances` times along the way (the stand-in:
     cut the watches and compact, so the extender re-lists)."""
     return _Run(connect, workload or Workload(), faults or chaos.Faults(), make_extender, disturb).go()
@@ -206,9 +207,10 @@ class _Run:
         self.incarnation += 1
         self.ext_api = self.connect()
         ext = self.make_extender(self.ext_api)
-        ext.binder.api = chaos.FaultyBindingApi(
-            ext.binder.api, self.faults, self.w.seed * 1000 + self.incarnation
-        )
+        injector = chaos.Injector(self.faults, self.w.seed * 1000 + self.incarnation)
+        ext.binder.api = chaos.FaultyBindingApi(ext.binder.api, injector)
+        if ext.app.loop_api is not None:  # binds on the event loop meet the same faults
+            ext.app.loop_api = chaos.FaultyAsyncBindingApi(ext.app.loop_api, injector)
         ext.start()
         if not ext.wait_synced(30):
             raise AssertionError("the extender did not sync within 30 s")

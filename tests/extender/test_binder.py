@@ -8,12 +8,23 @@ from typing import Any
 
 import pytest
 
-from tests.extender.factory import FakeApi, api_error, node, pod
+from tests.extender.factory import FakeApi, LoopBinder, api_error, node, pod
 from webhook.core import resources
 from webhook.extender.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
+
+# Every test binds both ways: on a thread (Binder.bind) and as the app does on its event loop.
+BINDERS: dict[str, type[Binder]] = {"thread": Binder, "loop": LoopBinder}
+_binder_class: list[type[Binder]] = [Binder]
+
+
+@pytest.fixture(autouse=True, params=sorted(BINDERS))
+def _driver(request: pytest.FixtureRequest) -> Any:
+    _binder_class[0] = BINDERS[request.param]
+    yield
+    _binder_class[0] = Binder
 
 
 def setup(*objs, attempts: int = 3) -> tuple[Cache, FakeApi, Binder]:
@@ -23,7 +34,7 @@ def setup(*objs, attempts: int = 3) -> tuple[Cache, FakeApi, Binder]:
     for p in pods:
         api.add(p)
     cache.pods_resync(pods)
-    binder = Binder(
+    binder = _binder_class[0](
         cache, api, ExtenderSettings(bind_attempts=attempts), clock_ns=lambda: 42, sleep=lambda s: None
     )
     return cache, api, binder

@@ -1,18 +1,72 @@
-"""webhook.kube.watch against the API stand-in: list, watch, resume, re-list on 410, backoff, stop."""
+"""webhook.kube.watch against the API stand-in: list, watch, resume, re-list on 410, backoff, stop.
+
+Every test runs twice: streams read on the watch's thread, and on an event loop (asyncdirect.LoopStreamer,
+as the extender reads them), where the handler then runs too.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import uvloop
 
 from webhook.devcluster.standin.apiserver import ApiServer
-from webhook.kube import rest, watch
+from webhook.kube import asyncdirect, rest, watch
 
 FAST = watch.WatchSettings(timeout_seconds=30, page_size=2, backoff=watch.Backoff(initial=0.02, maximum=0.1))
+
+
+class Loop:
+    """uvloop running on a thread of its own, as the extender's server runs it."""
+
+    def __init__(self) -> None:
+        self.loop = uvloop.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test loop", daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+
+        async def cancel_all() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture(autouse=True, params=["thread", "loop"])
+def streams(request: pytest.FixtureRequest, apiserver: ApiServer, monkeypatch) -> Iterator[Loop | None]:
+    """Under "loop", every Watcher made without a streamer gets one on a running loop."""
+    if request.param == "thread":
+        yield None
+        return
+    running = Loop()
+    client = asyncdirect.AsyncDirectClient(apiserver.api)
+    streamer = asyncdirect.LoopStreamer(client)
+    streamer.attach(running.loop)
+    real_init = watch.Watcher.__init__
+
+    def init(self: watch.Watcher, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("streamer", streamer)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(watch.Watcher, "__init__", init)
+    try:
+        yield running
+    finally:
+        streamer.detach()
+        running.close()
 
 
 class Mirror:
@@ -236,5 +290,73 @@ def test_one_node_watches_that_node_alone(apiserver, mirror):
     try:
         assert watcher.wait_synced(5)
         assert mirror.names() == ["n1"]
+    finally:
+        watcher.stop()
+
+
+# --- streams on the loop ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def own_loop(apiserver: ApiServer) -> Iterator[tuple[Loop, asyncdirect.LoopStreamer]]:
+    """A loop with a streamer attached, for the tests of the loop's own behaviour."""
+    running = Loop()
+    streamer = asyncdirect.LoopStreamer(asyncdirect.AsyncDirectClient(apiserver.api))
+    streamer.attach(running.loop)
+    try:
+        yield running, streamer
+    finally:
+        streamer.detach()
+        running.close()
+
+
+def test_on_the_loop_events_are_handled_on_the_loops_thread(apiserver, own_loop):
+    threads: list[str] = []
+
+    def handler(event: watch.WatchEvent) -> None:
+        threads.append(threading.current_thread().name)
+
+    watcher = watch.Watcher(
+        apiserver.api, rest.path("pods"), handler, settings=FAST, name="pods", streamer=own_loop[1]
+    ).start()
+    try:
+        assert watcher.wait_synced(5)
+        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
+        apiserver.add_pod("a")
+        apiserver.wait_for(lambda: len(threads) == 2, what="ADDED")
+    finally:
+        watcher.stop()
+    assert threads == ["watch pods", "test loop"]  # the list on the watch's thread, events on the loop
+
+
+def test_when_the_loop_ends_the_watch_resumes_on_its_own_thread(apiserver, mirror, own_loop):
+    running, streamer = own_loop
+    watcher = watch.Watcher(
+        apiserver.api, rest.path("pods"), mirror, settings=FAST, name="pods", streamer=streamer
+    ).start()
+    try:
+        assert watcher.wait_synced(5)
+        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
+        streamer.detach()  # the server stopped: its lifespan detaches, its loop cancels the stream
+        running.close()
+        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open again")
+        apiserver.add_pod("after")
+        apiserver.wait_for(lambda: mirror.names() == ["after"], what="event on the thread")
+    finally:
+        watcher.stop()
+    assert watcher.stats.lists == 1  # resumed from its resourceVersion
+
+
+def test_a_streamer_with_no_loop_yet_leaves_the_stream_to_the_thread(apiserver, mirror):
+    client = asyncdirect.AsyncDirectClient(apiserver.api)
+    streamer = asyncdirect.LoopStreamer(client, wait_s=0.1)  # never attached: no server runs
+    watcher = watch.Watcher(
+        apiserver.api, rest.path("pods"), mirror, settings=FAST, name="pods", streamer=streamer
+    ).start()
+    try:
+        assert watcher.wait_synced(5)
+        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
+        apiserver.add_pod("a")
+        apiserver.wait_for(lambda: mirror.names() == ["a"], what="ADDED")
     finally:
         watcher.stop()

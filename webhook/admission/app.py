@@ -3,17 +3,14 @@
 HTTP concerns only: method (405), content type (415), body size (413), JSON (400), one log line and one
 metric per review. Deciding is `review.review`'s job.
 
-A POST to exactly /mutate or /validate goes straight to its bare ASGI endpoint, skipping Starlette's
-middleware stack, router and Request/Response objects (their cost is issue 12). Everything else (probes,
-/metrics, JSON 404/405, redirects, lifespan) is plain Starlette, which also routes those two paths to the
-same endpoints when the fast path does not apply (e.g. under a root_path).
+A POST to exactly /mutate or /validate goes straight to its bare ASGI endpoint (`serving.fastpath`);
+everything else (probes, /metrics, JSON 404/405, redirects, lifespan) is plain Starlette.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
@@ -21,14 +18,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from webhook.admission import review
 from webhook.admission.settings import AdmissionSettings
 from webhook.core import certificates
 from webhook.serving import body as body_limit
-from webhook.serving import jsonbody, logs, metrics, probes, server, tls
+from webhook.serving import fastpath, jsonbody, logs, metrics, probes, server, tls
 
 log = logging.getLogger("webhook.admission")
 
@@ -56,10 +52,7 @@ class ReviewEndpoint:
         elapsed = time.perf_counter() - start
         self.stats.observe(self.name, outcome, elapsed)
         log_review(self.name, outcome, elapsed, result, status)
-        # The headers (and their order) Starlette's Response(media_type="application/json") sends.
-        headers = [(b"content-length", b"%d" % len(content)), (b"content-type", b"application/json")]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+        await fastpath.send_json(send, status, content)
 
     async def _answer(
         self, headers: list[tuple[bytes, bytes]], receive: Receive
@@ -97,26 +90,6 @@ class ReviewEndpoint:
         return 200, content, result.outcome, result
 
 
-class WebhookApp(Starlette):
-    """Starlette with a fast path: a POST to exactly one of `endpoints`' paths skips the middleware
-    stack and router. Those routes are in Starlette too, for the requests the fast path leaves."""
-
-    def __init__(self, endpoints: dict[str, ReviewEndpoint], routes: Sequence[BaseRoute]) -> None:
-        super().__init__(
-            routes=[*(Route(path, ep, methods=["POST"]) for path, ep in endpoints.items()), *routes],
-            exception_handlers={HTTPException: _http_error},
-        )
-        self.endpoints = endpoints
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            endpoint = self.endpoints.get(scope["path"])
-            if endpoint is not None:
-                await endpoint(scope, receive, send)
-                return
-        await super().__call__(scope, receive, send)
-
-
 def create_app(
     settings: AdmissionSettings,
     readiness: probes.Readiness | None = None,
@@ -133,7 +106,9 @@ def create_app(
         MUTATE_PATH: ReviewEndpoint("mutate", policy, limit, stats),
         VALIDATE_PATH: ReviewEndpoint("validate", policy, limit, stats),
     }
-    app = WebhookApp(endpoints, probes.probe_routes(readiness, registry))
+    app = fastpath.FastPathApp(
+        endpoints, probes.probe_routes(readiness, registry), exception_handlers={HTTPException: _http_error}
+    )
     app.state.readiness = readiness
     app.state.registry = registry
     return app

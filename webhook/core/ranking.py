@@ -79,6 +79,14 @@ def best_quick(
     return found.names(names)
 
 
+def best_ranked(names: Sequence[str], ranks: Mapping[str, Rank]) -> list[str]:
+    """`best` for nodes of one policy whose keys are known ahead (`ranks`; a node absent there does not
+    fit): the first of `names` holding the least key, as a list of one (empty when none fits). One min()
+    in C: filter calls it with every node of the cluster."""
+    found = min(filter(ranks.__contains__, names), key=ranks.__getitem__, default=None)
+    return [] if found is None else [found]
+
+
 class Best:
     """Finds the best node of each policy as nodes come: the first one holding the least key."""
 

@@ -12,19 +12,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from webhook.core import accounting, allocator, modes, resources, wholecards
 from webhook.core import annotations as ann
+from webhook.extender import bindcalls, records
 from webhook.extender import cache as cache_mod
-from webhook.extender import records
 from webhook.extender import wholecards as whole
+from webhook.extender.bindcalls import BindingApi, CreateBinding, GetPod, Pause, Steps
 from webhook.extender.settings import ExtenderSettings
+from webhook.extender.turns import Turns
 from webhook.extender.wire import BindingArgs
-from webhook.kube import direct, errors, pods
+from webhook.kube import errors
 
 log = logging.getLogger(__name__)
 
@@ -34,44 +35,6 @@ NOT_SYNCED = "the gpushare extender has not yet listed the cluster's nodes and p
 # Picks the pod's GPU(s) from a node's GPUs (with their use) in the node's unit: the allocator's fit for
 # shares, wholecards.fit for whole cards. Both reserve and annotate through the same path.
 _Choose = Callable[[Sequence[accounting.Gpu], str], allocator.Fit | allocator.NoFit]
-
-
-class BindingApi(Protocol):
-    """The two API calls the binder makes, raising `webhook.kube.errors.ApiError`; `KubeBindingApi` is
-    the real one."""
-
-    def bind(
-        self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]
-    ) -> None: ...
-
-    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
-
-
-class KubeBindingApi:
-    """BindingApi over `webhook.kube.pods`; `api` is the ApiClient from `webhook.kube.client.connect`
-    (Any: this shell never names the client library's types). Bindings, one per pod, go over the
-    keep-alive connections of `webhook.kube.direct` when the configuration allows."""
-
-    def __init__(self, api: Any) -> None:
-        self.api = api
-        self.direct = direct.DirectClient.of(api)
-
-    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
-        if self.direct is None:
-            pods.bind_pod(self.api, namespace, name, uid, node, annotations)
-            return
-        path, body = pods.binding(namespace, name, uid, node, annotations)
-        pods.check_binding(self.direct.request("POST", path, body))
-
-    def close(self) -> None:
-        if self.direct is not None:
-            self.direct.close()
-
-    def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
-        try:
-            return pods.get_pod(self.api, namespace, name)
-        except errors.NotFoundError:
-            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,31 +47,6 @@ class _Outcome:
     landed: bool = False
     pod: Mapping[str, Any] | None = None
     unknown: bool = False
-
-
-class _Turns:
-    """One bind per pod at a time: a duplicate (a scheduler retry, a copy forwarded by a follower)
-    waits for the bind in progress and then sees its outcome, instead of reserving a second time."""
-
-    def __init__(self) -> None:
-        self._guard = threading.Lock()
-        self._turns: dict[str, tuple[threading.Lock, list[int]]] = {}  # lock, [callers using it]
-
-    @contextmanager
-    def turn(self, key: str, timeout_s: float) -> Iterator[bool]:
-        with self._guard:
-            lock, users = self._turns.setdefault(key, (threading.Lock(), [0]))
-            users[0] += 1
-        got = lock.acquire(timeout=timeout_s)
-        try:
-            yield got
-        finally:
-            if got:
-                lock.release()
-            with self._guard:
-                users[0] -= 1
-                if not users[0]:
-                    del self._turns[key]
 
 
 class Binder:
@@ -132,7 +70,7 @@ class Binder:
         self.wait_s = wait_s
         self._clock_ns = clock_ns
         self._sleep = sleep
-        self._turns = _Turns()
+        self._turns = Turns()
         self._locks: dict[str, threading.Lock] = {}
         self._locks_guard = threading.Lock()
 
@@ -150,12 +88,23 @@ class Binder:
                 return (
                     f"pod {args.key}: an earlier bind of it is still running after {self.wait_s:g} s; retry"
                 )
-            try:
-                return self._bind(args)
-            except errors.ApiError as err:
-                return f"binding pod {args.key} to {args.node}: {err.message}"
+            return bindcalls.run(self._steps(args), self.api, self._sleep)
 
-    def _bind(self, args: BindingArgs) -> str:
+    async def bind_on_loop(self, args: BindingArgs, api: bindcalls.AsyncBindingApi) -> str | None:
+        """`bind` on the event loop with `api`; None, having done nothing, when another bind of the pod
+        holds its turn: then call `bind` on a thread, which waits for it."""
+        with self._turns.turn(args.key, 0) as mine:
+            if not mine:
+                return None
+            return await bindcalls.run_async(self._steps(args), api)
+
+    def _steps(self, args: BindingArgs) -> Steps:
+        try:
+            return (yield from self._bind(args))
+        except errors.ApiError as err:
+            return f"binding pod {args.key} to {args.node}: {err.message}"
+
+    def _bind(self, args: BindingArgs) -> Steps:
         if not self.cache.synced():
             # Its ledgers would miss the pods already running: a bind now could over-commit a GPU. A
             # follower forwards binds to the leader whatever the leader's readiness says.
@@ -163,7 +112,7 @@ class Binder:
         record = self.cache.pod(args.key)
         if record is None or (args.pod_uid and record.uid != args.pod_uid):
             # Not yet seen by the watch (or an older pod of the same name): one GET, never a list.
-            pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+            pod = yield GetPod(args.pod_namespace, args.pod_name)
             if pod is None:
                 return f"pod {args.key} not found"
             uid = str((pod.get("metadata") or {}).get("uid") or "")
@@ -175,13 +124,13 @@ class Binder:
             if record.node:  # bound already, and the watch has not shown it: count it meanwhile
                 self.cache.adopt(pod, self._clock_ns())
         uid = args.pod_uid or record.uid
-        done = self._placed_already(args, uid, record)
+        done = yield from self._placed_already(args, uid, record)
         if done is not None:
             return done
         if record.demand is None:
             return f"pod {args.key}: {record.demand_error}"
         if record.cards.asks():
-            return self._bind_cards(args, uid, record)
+            return (yield from self._bind_cards(args, uid, record))
         if not record.demand.asks():
             return self._asks_nothing(args)
         asked = record.demand
@@ -192,29 +141,33 @@ class Binder:
             return f"node {args.node}: {refused}"
         notes = {resources.PLACEMENT_POLICY_ANNOTATION: record.policy}
         policy = modes.placement_policy(notes, node_policy, self.settings.default_policy)
-        return self._place(
-            args, uid, lambda gpus, unit: allocator.fit(asked, gpus, policy, unit), record.created
+        return (
+            yield from self._place(
+                args, uid, lambda gpus, unit: allocator.fit(asked, gpus, policy, unit), record.created
+            )
         )
 
-    def _bind_cards(self, args: BindingArgs, uid: str, record: records.PodRecord) -> str:
+    def _bind_cards(self, args: BindingArgs, uid: str, record: records.PodRecord) -> Steps:
         """Whole cards: reserved and annotated like a share on a node our plugin serves; on a node where
         NVIDIA's plugin serves them, a plain Binding (nothing of ours to count or to tell the plugin)."""
         mode = whole.ours(self.cache, args.node)
         if mode is None:
-            return self._send(args, uid, {}).error
+            return (yield from self._send(args, uid, {})).error
         if not isinstance(mode, modes.Mode):
             return f"node {args.node}: {mode}"
         cards = record.cards
-        return self._place(args, uid, lambda gpus, unit: wholecards.fit(cards, gpus), record.created)
+        return (
+            yield from self._place(args, uid, lambda gpus, unit: wholecards.fit(cards, gpus), record.created)
+        )
 
-    def _place(self, args: BindingArgs, uid: str, choose: _Choose, created: str) -> str:
+    def _place(self, args: BindingArgs, uid: str, choose: _Choose, created: str) -> Steps:
         """Reserve what `choose` picks on the node, then create the Binding with its annotations.
         `created`: the pod's creationTimestamp, which tells later events of an older namesake apart."""
         reserved = self._reserve(args, uid, choose, created)
         if isinstance(reserved, str):
             return reserved
         token, placement = reserved
-        outcome = self._send(args, uid, ann.encode(placement))
+        outcome = yield from self._send(args, uid, ann.encode(placement))
         if outcome.landed:
             self.cache.confirm(args.key, token)
         elif not outcome.unknown:  # nothing of ours landed: release exactly what this bind reserved
@@ -233,7 +186,9 @@ class Binder:
             "scheduler's extender configuration)"
         )
 
-    def _placed_already(self, args: BindingArgs, uid: str, record: records.PodRecord) -> str | None:
+    def _placed_already(
+        self, args: BindingArgs, uid: str, record: records.PodRecord
+    ) -> Generator[bindcalls.Call, Any, str | None]:
         """The answer for a pod this extender already bound, or that the watch shows bound; None to bind."""
         held = self.cache.assumption(args.key)
         if held is not None and held.uid == uid and held.bound:
@@ -241,7 +196,7 @@ class Binder:
         if held is not None and held.uid == uid:
             # An earlier bind of this pod ended not knowing whether its Binding landed: ask the API.
             try:
-                pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+                pod = yield GetPod(args.pod_namespace, args.pod_name)
             except errors.ApiError as err:
                 return (
                     f"pod {args.key}: whether an earlier bind of it landed is unknown: {err.message}; retry"
@@ -288,16 +243,18 @@ class Binder:
         placement = ann.Placement(result.allocation, device_memory=result.device_memory, assume_time_ns=now)
         return token, placement
 
-    def _send(self, args: BindingArgs, uid: str, wanted: Mapping[str, str]) -> _Outcome:
+    def _send(
+        self, args: BindingArgs, uid: str, wanted: Mapping[str, str]
+    ) -> Generator[bindcalls.Call, Any, _Outcome]:
         """Create the Binding; retry on 409 and 5xx unless the pod shows the retry is pointless or done."""
         last = ""
         # A 5xx or lost connection may hide a Binding that landed; a GET showing the pod unbound clears it.
         unsure = False
         for attempt in range(max(1, self.settings.bind_attempts)):
             if attempt:
-                self._sleep(self.settings.bind_backoff_s * 2 ** (attempt - 1))
+                yield Pause(self.settings.bind_backoff_s * 2 ** (attempt - 1))
             try:
-                self.api.bind(args.pod_namespace, args.pod_name, uid, args.node, wanted)
+                yield CreateBinding(args.pod_namespace, args.pod_name, uid, args.node, wanted)
                 return _Outcome("", landed=True)
             except errors.ApiError as err:
                 last = f"binding pod {args.key} to {args.node}: {err.message}"
@@ -307,7 +264,7 @@ class Binder:
                     break
                 unsure = unsure or err.retryable
             try:
-                pod = self.api.get_pod(args.pod_namespace, args.pod_name)
+                pod = yield GetPod(args.pod_namespace, args.pod_name)
             except errors.ApiError:
                 continue
             verdict = self._after_failure(args, uid, wanted, pod)

@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import accounting, allocator, modes, resources
+from webhook.core import accounting, allocator, modes, ranking, resources
 from webhook.core import annotations as ann
 from webhook.extender.nominations import Nomination, Nominations
 from webhook.extender.records import PodRecord, record_of
+from webhook.extender.summaries import Summaries
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
@@ -86,12 +87,8 @@ class Cache:
         # A ledger entry of a pod key belongs to one of: a nomination, an assumption, a bound record.
         self._nominations = Nominations()
         self._tokens = itertools.count(1)
-        # Free memory of each known node's largest healthy GPU (-1: none healthy), refreshed on read for
-        # the nodes changed since: filter judges most pods by this number alone, for thousands of nodes.
-        self._largest: dict[str, int] = {}
-        self._capacity: dict[str, int] = {}  # and of its largest healthy GPU, for the same nodes
-        self._free_asc: dict[str, tuple[int, ...]] = {}  # and free per healthy GPU, smallest first
-        self._dirty: set[str] = set()
+        # What filter judges every node by (free memory per GPU, best-fit keys), refreshed on read.
+        self._summaries = Summaries(self.ledger)
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
 
@@ -102,7 +99,7 @@ class Cache:
 
     def _ledger(self, node: str) -> accounting.Ledger:
         """The node's ledger, for a change: marks the node's free-memory summary stale."""
-        self._dirty.add(node)
+        self._summaries.changed(node)
         ledger = self._ledgers.get(node)
         if ledger is None:
             ledger = self._ledgers[node] = accounting.Ledger(node, ann.NodeDevices(self.unit, ()))
@@ -118,7 +115,7 @@ class Cache:
                 self._modes.pop(name, None)
                 self._unshared.pop(name, None)
                 self._placements.pop(name, None)
-                self._dirty.add(name)
+                self._summaries.changed(name)
                 ledger = self._ledgers.get(name)
                 if ledger is not None:
                     ledger.set_devices(ann.NodeDevices(self.unit, ()), "node was deleted")
@@ -382,26 +379,17 @@ class Cache:
     def largest_free(self) -> Mapping[str, int]:
         """Per known node, the free memory of its largest healthy GPU; -1 when it has no healthy GPU.
         Hold `locked()` while using it."""
-        if self._dirty:
-            for name in self._dirty:
-                ledger = self._ledgers.get(name)
-                if ledger is None or name not in self._nodes:
-                    self._largest.pop(name, None)
-                    self._capacity.pop(name, None)
-                    self._free_asc.pop(name, None)
-                    continue
-                free = ledger.free_desc()
-                self._largest[name] = free[0] if free else -1
-                self._capacity[name] = ledger.largest_memory()
-                self._free_asc[name] = ledger.free_asc()
-            self._dirty.clear()
-        return self._largest
+        return self._summaries.largest_free()
 
     def free_asc(self) -> Mapping[str, tuple[int, ...]]:
         """Per known node, the free memory of each healthy GPU, smallest first: what filter's best fit
         ranks every node by (`ranking.best_quick`). Hold `locked()` while using it."""
-        self.largest_free()
-        return self._free_asc
+        return self._summaries.free_asc()
+
+    def quick_ranks(self, need: int, policy: allocator.Policy) -> Mapping[str, ranking.Rank]:
+        """Per known node where a pod of `need` goes whole on one GPU, its best-fit key under `policy`
+        (`ranking.quick_rank`; nodes it does not fit are absent). Hold `locked()` while using it."""
+        return self._summaries.quick_ranks(need, policy)
 
     def placements(self) -> Mapping[str, allocator.Policy]:
         """The nodes whose `ack.node.gpu.placement` label names a policy, with it. Hold `locked()`."""
@@ -410,8 +398,7 @@ class Cache:
     def largest_gpu(self) -> Mapping[str, int]:
         """Per known node, the memory of its largest healthy GPU, used or not (-1: none healthy): a pod
         larger than that fits there whatever pods leave. Hold `locked()` while using it."""
-        self.largest_free()
-        return self._capacity
+        return self._summaries.largest_gpu()
 
     def node_names(self) -> list[str]:
         with self._lock:

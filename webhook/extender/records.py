@@ -46,8 +46,7 @@ def record_of(
     meta = pod.get("metadata") or {}
     key = accounting.pod_key(pod)
     uid = str(meta.get("uid") or "")
-    labels = meta.get("labels")
-    count_label = labels.get(names.count) if isinstance(labels, Mapping) else labels
+    count_label = _count_label(meta, names)
     problem = ""
     try:
         share = accounting.share_of(pod)
@@ -55,7 +54,7 @@ def record_of(
         share, problem = None, str(err)
     asked: demand.GpuMemoryDemand | None
     cards = wholecards.NO_CARDS
-    if previous is not None and previous.uid == uid and uid and previous.count_label == count_label:
+    if previous is not None and _lends(previous, uid, count_label):
         asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
     else:
         try:
@@ -81,3 +80,28 @@ def record_of(
         cards=cards,
         created=str(meta.get("creationTimestamp") or ""),
     )
+
+
+def _count_label(meta: Any, names: resources.GpuResourceNames) -> object:
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    return labels.get(names.count) if isinstance(labels, Mapping) else labels
+
+
+def _lends(record: PodRecord, uid: str, count_label: object) -> bool:
+    """Whether `record`'s demand is the demand of the pod with this UID and gpu-count label."""
+    return bool(uid) and record.uid == uid and record.count_label == count_label
+
+
+def demands(
+    pod: Mapping[str, Any], record: PodRecord | None, names: resources.GpuResourceNames, unit: str
+) -> tuple[demand.GpuMemoryDemand, wholecards.CardDemand]:
+    """The pod's GPU-memory and whole-card demand: `record`'s (the watch's record of the same key) when
+    it is the same pod (UID) with the same gpu-count label, as `record_of` reuses it; else read anew.
+    DemandError when it cannot be read."""
+    meta = pod.get("metadata")
+    uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+    if record is not None and _lends(record, uid, _count_label(meta, names)):
+        if record.demand is None:
+            raise demand.DemandError(record.demand_error)
+        return record.demand, record.cards
+    return demand.pod_demand(pod, names, unit), wholecards.pod_cards(pod, names)

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.core import accounting, allocator, demand, modes, ranking, wholecards
+from webhook.extender import records, wire
 from webhook.extender import wholecards as whole
-from webhook.extender import wire
 from webhook.extender.cache import Cache
 
 UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
@@ -29,9 +29,7 @@ def filter_nodes(
     # every pod after it, until some other filter nominates or some bind arrives.
     cache.expire_nominations(time.time_ns())
     try:
-        # In the cache's unit, so "write 3; the unit is GiB" names the unit the nodes are counted in.
-        asked = demand.pod_demand(args.pod, cache.names, cache.unit)
-        cards = wholecards.pod_cards(args.pod, cache.names)
+        asked, cards = _demands(cache, args.pod)
     except demand.DemandError as err:
         return wire.filter_result(args, [], unresolvable=dict.fromkeys(args.node_names, str(err)))
     if cards.asks():
@@ -57,7 +55,13 @@ def filter_nodes(
             names = [name for name in args.node_names if name not in blocked]
             unresolvable = {name: blocked[name] for name in args.node_names if name in blocked}
         largest = cache.largest_free()
-        if whole_only:
+        policy = _one_policy(cache, notes, default_policy) if whole_only and best_fit else None
+        if policy is not None:
+            # Every node ranks by the same policy: the keys kept per pod size, the best in one min().
+            ranks = cache.quick_ranks(need, policy)
+            passed = ranking.best_ranked(names, ranks)
+            rest = [name for name in names if name not in ranks]
+        elif whole_only:
             get = largest.get
             passed = [name for name in names if get(name, -1) >= need]
             if best_fit and len(passed) > 1:
@@ -117,6 +121,14 @@ def filter_nodes(
     return wire.filter_result(args, passed, failed, unresolvable)
 
 
+def _demands(cache: Cache, pod: Mapping[str, Any]) -> tuple[demand.GpuMemoryDemand, wholecards.CardDemand]:
+    """The pod's demand, from the watch's record of it when it is the same pod (records.demands), in
+    the cache's unit, so "write 3; the unit is GiB" names the unit the nodes are counted in."""
+    meta = pod.get("metadata")
+    record = cache.pod(accounting.pod_key(pod)) if isinstance(meta, Mapping) else None
+    return records.demands(pod, record, cache.names, cache.unit)
+
+
 def _nominate(
     cache: Cache,
     *,
@@ -139,6 +151,17 @@ def _nominate(
     if isinstance(placed, allocator.Fit):
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         cache.nominate(key, uid, passed[0], placed.allocation, time.time_ns())
+
+
+def _one_policy(
+    cache: Cache, notes: Mapping[str, Any] | None, default_policy: allocator.Policy
+) -> allocator.Policy | None:
+    """The policy every node ranks this pod by, or None when nodes' labels differ (then per node). Hold
+    `cache.locked()`."""
+    fixed = allocator.pod_policy(notes)
+    if fixed is not None:
+        return fixed
+    return None if cache.placements() else default_policy
 
 
 def _best_quick(
@@ -184,8 +207,7 @@ def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.
     """0..10 per node from the GPU-level fit (core.ranking.scores: the best node of each policy 10);
     0 for nodes where the pod does not fit or that the cache does not know."""
     try:
-        asked = demand.pod_demand(args.pod, cache.names, cache.unit)
-        cards = wholecards.pod_cards(args.pod, cache.names)
+        asked, cards = _demands(cache, args.pod)
     except demand.DemandError:
         return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
     if cards.asks():

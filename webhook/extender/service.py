@@ -18,11 +18,12 @@ from typing import Any
 from webhook.core import certificates
 from webhook.extender import app as app_mod
 from webhook.extender import forward
-from webhook.extender.binder import Binder, KubeBindingApi
+from webhook.extender.binder import Binder
+from webhook.extender.bindingapi import AsyncKubeBindingApi, KubeBindingApi
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
+from webhook.kube import asyncdirect, leader, rest, watch
 from webhook.kube import client as kube_client
-from webhook.kube import leader, rest, watch
 from webhook.serving import probes, probeserver, tls
 from webhook.serving.h2server import H2Server
 from webhook.serving.server import AppServer, ServeOptions
@@ -43,9 +44,14 @@ class Extender:
         self.cache = Cache(settings.memory_unit, settings.names)
         self.binding_api = KubeBindingApi(api)
         self.binder = Binder(self.cache, self.binding_api, settings)
+        # Bindings and the watches' streams on the server's event loop, where filter and bind run: no
+        # thread takes the GIL from it for each call or event (None: a proxy; then on threads).
+        client = asyncdirect.AsyncDirectClient.of(api)
+        self.loop_api = AsyncKubeBindingApi(client) if client is not None else None
+        self.streamer = asyncdirect.LoopStreamer(client) if client is not None else None
         self.watchers = [
-            watch.Watcher(api, rest.path("nodes"), self._on_node, name="nodes"),
-            watch.Watcher(api, rest.path("pods"), self._on_pod, name="pods"),
+            watch.Watcher(api, rest.path("nodes"), self._on_node, name="nodes", streamer=self.streamer),
+            watch.Watcher(api, rest.path("pods"), self._on_pod, name="pods", streamer=self.streamer),
         ]
         self.elector: leader.LeaderElector | None = None
         leadership = app_mod.Leadership()
@@ -60,7 +66,9 @@ class Extender:
                 lambda: elector.holder,
                 lambda: elector.holder_annotations().get(forward.LEADER_URL_ANNOTATION, ""),
             )
-        self.app = app_mod.ExtenderApp(self.cache, self.binder, settings, leadership)
+        self.app = app_mod.ExtenderApp(
+            self.cache, self.binder, settings, leadership, loop_api=self.loop_api, streamer=self.streamer
+        )
         serving_tls = None
         if settings.tls_cert is not None and settings.tls_key is not None:
             serving_tls = tls.TlsFiles(

@@ -19,6 +19,7 @@ import http.client
 import select
 import ssl
 import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,7 +28,7 @@ import orjson
 
 from webhook.kube import errors, rest
 
-_DEFAULT_PORT = {"https": 443, "http": 80}
+DEFAULT_PORT = {"https": 443, "http": 80}
 
 
 class DirectClient:
@@ -39,10 +40,9 @@ class DirectClient:
         config = api.configuration
         self.api = api
         self.connect_s, self.read_s = timeout if isinstance(timeout, tuple) else (timeout, timeout)
-        self.context = _context(config) if urlsplit(config.host).scheme == "https" else None
-        self.server_name = config.tls_server_name or (
-            config.assert_hostname if isinstance(config.assert_hostname, str) else None
-        )
+        self.context = tls_context(config) if urlsplit(config.host).scheme == "https" else None
+        self.server_name = server_name(config)
+        self.headers = Headers(api)
         self._local = threading.local()
         self._opened: dict[int, http.client.HTTPConnection] = {}  # each thread's, for close()
         self._guard = threading.Lock()
@@ -59,19 +59,9 @@ class DirectClient:
         """A DirectClient for `api`, or None when its configuration goes through a proxy (urllib3's job)
         or is not plain http(s)."""
         config = api.configuration
-        if config.proxy or urlsplit(config.host).scheme not in _DEFAULT_PORT:
+        if config.proxy or urlsplit(config.host).scheme not in DEFAULT_PORT:
             return None
         return cls(api)
-
-    def _headers(self, body: bytes | None) -> dict[str, str]:
-        headers = {"Accept": rest.JSON, "User-Agent": str(self.api.user_agent)}
-        if body is not None:
-            headers["Content-Type"] = rest.JSON
-        # The client's own auth settings: a bearer token (refreshed by its hook, e.g. in-cluster) or none.
-        token = self.api.configuration.auth_settings().get("BearerToken")
-        if token and token.get("value"):
-            headers["Authorization"] = str(token["value"])
-        return headers
 
     def _drop(self) -> None:
         """Close this thread's connection; the next request opens a new one."""
@@ -93,7 +83,7 @@ class DirectClient:
         if conn is None:
             parts = urlsplit(host)
             try:
-                port = parts.port or _DEFAULT_PORT[parts.scheme]
+                port = parts.port or DEFAULT_PORT[parts.scheme]
             except ValueError as exc:  # as urllib3's LocationParseError: an ApiError, not a 500
                 raise http.client.InvalidURL(f"{host}: {exc}") from exc
             if parts.scheme == "https" and self.context is not None:
@@ -117,7 +107,7 @@ class DirectClient:
         try:
             with errors.translated():
                 conn, base = self._connection()
-                conn.request(method, base + path, body=payload, headers=self._headers(payload))
+                conn.request(method, base + path, body=payload, headers=self.headers.get(payload))
                 if conn.sock is not None:
                     conn.sock.settimeout(self.read_s)
                 response = conn.getresponse()
@@ -148,7 +138,44 @@ class _HTTPSConnection(http.client.HTTPSConnection):
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self.server_name)  # type: ignore[attr-defined]
 
 
-def _context(config: kubernetes.client.Configuration) -> ssl.SSLContext:
+def request_headers(api: kubernetes.client.ApiClient, body: bytes | None) -> dict[str, str]:
+    """The headers of a JSON request with `api`'s user agent and credentials."""
+    headers = {"Accept": rest.JSON, "User-Agent": str(api.user_agent)}
+    if body is not None:
+        headers["Content-Type"] = rest.JSON
+    # The client's own auth settings: a bearer token (refreshed by its hook, e.g. in-cluster) or none.
+    token = api.configuration.auth_settings().get("BearerToken")
+    if token and token.get("value"):
+        headers["Authorization"] = str(token["value"])
+    return headers
+
+
+class Headers:
+    """`request_headers` of one ApiClient, read again at most every `ttl_s`: the client library's token
+    hook re-applies the whole kubeconfig to the configuration on each read (its host setter scans the
+    environment for proxies), a third of a Binding's CPU. A rotated token is seen within `ttl_s`."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, ttl_s: float = 1.0) -> None:
+        self.api, self.ttl_s = api, ttl_s
+        self._read: dict[tuple[bool, Any], tuple[float, dict[str, str]]] = {}
+
+    def get(self, body: bytes | None) -> dict[str, str]:
+        now = time.monotonic()
+        key = (body is not None, self.api.user_agent)  # a user agent set anew is a header anew
+        kept = self._read.get(key)
+        if kept is None or now - kept[0] >= self.ttl_s:
+            kept = self._read[key] = (now, request_headers(self.api, body))
+        return kept[1]
+
+
+def server_name(config: kubernetes.client.Configuration) -> str | None:
+    """The name the API server's certificate is checked for when not the URL's host (tls-server-name)."""
+    return config.tls_server_name or (
+        config.assert_hostname if isinstance(config.assert_hostname, str) else None
+    )
+
+
+def tls_context(config: kubernetes.client.Configuration) -> ssl.SSLContext:
     """The TLS the client library would use for `config`: its CA (or the system's), client certificate,
     and verification (off only when the kubeconfig says insecure-skip-tls-verify)."""
     context = ssl.create_default_context(

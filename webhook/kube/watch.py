@@ -8,6 +8,7 @@ errors, dropped streams and 5xx answers back off and resume; `stop()` works from
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import logging
@@ -15,8 +16,8 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 import kubernetes.client
 import orjson
@@ -87,8 +88,10 @@ class Watcher:
         field_selector: str = "",
         settings: WatchSettings = WatchSettings(),
         name: str = "",
+        streamer: Streamer | None = None,
     ) -> None:
         self.api = api
+        self.streamer = streamer
         self.resource_path = resource_path
         self.selectors = {
             k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v
@@ -103,8 +106,10 @@ class Watcher:
         self._handler = handler
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._response: urllib3.BaseHTTPResponse | None = None
+        self._response: urllib3.BaseHTTPResponse | concurrent.futures.Future[None] | None = None
         self._thread: threading.Thread | None = None
+        self._pending = b""  # a loop stream's bytes after its last full line
+        self._fed = False  # whether the loop stream delivered anything
 
     # --- lifecycle ---
 
@@ -118,7 +123,9 @@ class Watcher:
         self._stop.set()
         with self._lock:
             response = self._response
-        if response is not None:
+        if isinstance(response, concurrent.futures.Future):
+            response.cancel()
+        elif response is not None:
             _cut(response)
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
@@ -201,6 +208,12 @@ class Watcher:
         if self.settings.bookmarks:
             query["allowWatchBookmarks"] = True
         read_timeout = self.settings.timeout_seconds + 30.0
+        running = None
+        if self.streamer is not None:
+            running = self.streamer.open(self.resource_path, query, self._feed, read_timeout)
+        if running is not None:
+            self.stats.watches += 1
+            return self._wait_for(running)
         response = rest.open_stream(
             self.api, self.resource_path, query=query, timeout=(self.settings.connect_timeout, read_timeout)
         )
@@ -227,6 +240,33 @@ class Watcher:
             response.release_conn()
         return healthy
 
+    def _wait_for(self, running: concurrent.futures.Future[None]) -> bool:
+        """Wait for a stream read on the streamer's loop (`_feed` handles its bytes there)."""
+        self._pending, self._fed = b"", False
+        with self._lock:
+            self._response = running
+        if self._stop.is_set():
+            running.cancel()
+        try:
+            # Bounded: a loop that stopped before it ran the stream would never answer.
+            running.result(timeout=self.settings.timeout_seconds + 60.0)
+        except concurrent.futures.TimeoutError:
+            running.cancel()
+        except concurrent.futures.CancelledError:
+            pass  # stopped, or the loop ended: resumed (on this thread while no loop is there)
+        finally:
+            with self._lock:
+                self._response = None
+        return self._fed
+
+    def _feed(self, data: bytes) -> None:
+        """A loop stream's bytes, as they come: each whole line is an event."""
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        for line in lines:
+            if line.strip() and not self._stop.is_set():
+                self._handle_line(line)
+                self._fed = True
+
     def _handle_line(self, line: bytes) -> None:
         try:
             event = orjson.loads(line)  # ~3x faster than json on pod events, the extender's steady load
@@ -246,6 +286,20 @@ class Watcher:
             self._emit(WatchEvent(kind, object=obj, resource_version=rv))
         if rv:
             self.resource_version = rv
+
+
+class Streamer(Protocol):
+    """Reads watch streams on an event loop instead of the watch's thread (asyncstream.LoopStreamer)."""
+
+    def open(
+        self,
+        resource_path: str,
+        query: Mapping[str, str | int | bool],
+        on_data: Callable[[bytes], None],
+        timeout_s: float,
+    ) -> concurrent.futures.Future[None] | None:
+        """The stream running on the loop (its result: the stream ended; ApiError: it failed), or None
+        when no loop is there now (the watch then streams on its own thread)."""
 
 
 def one_node(api: kubernetes.client.ApiClient, name: str, handler: Callable[[WatchEvent], None]) -> Watcher:

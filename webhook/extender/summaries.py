@@ -1,0 +1,91 @@
+"""Per known node, the few numbers filter judges every node by, refreshed on read for the nodes changed
+since: filter sees thousands of nodes per call, and most change between two calls not at all.
+
+`quick_ranks(need, policy)` keeps, for the pod sizes filter was asked about lately, each node's best-fit
+key (`core.ranking.quick_rank`), so filter finds the best node with one `min()` over the names it was sent
+instead of ranking each of them in Python (docs/extender.md, "Speed"). Not thread-safe: the cache calls
+it under its lock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+
+from webhook.core import accounting, ranking
+from webhook.core.allocator import Policy
+
+# Pod sizes (with a policy) whose keys are kept: each changed node costs one quick_rank per kept size, and
+# a size asked after it fell out costs one quick_rank per node, once.
+KEPT_SIZES = 16
+
+
+class Summaries:
+    """`ledger_of(name)`: the node's ledger, None when the node is not known (its summaries are dropped)."""
+
+    def __init__(self, ledger_of: Callable[[str], accounting.Ledger | None]) -> None:
+        self._ledger_of = ledger_of
+        self._largest: dict[str, int] = {}  # free memory of the largest healthy GPU (-1: none healthy)
+        self._capacity: dict[str, int] = {}  # memory of the largest healthy GPU, used or not
+        self._free_asc: dict[str, tuple[int, ...]] = {}  # free per healthy GPU, smallest first
+        self._ranks: OrderedDict[tuple[int, Policy], dict[str, ranking.Rank]] = OrderedDict()
+        self._dirty: set[str] = set()
+
+    def changed(self, name: str) -> None:
+        """The node's ledger (or its being known) changed: refresh its numbers at the next read."""
+        self._dirty.add(name)
+
+    def _refresh(self) -> None:
+        if not self._dirty:
+            return
+        for name in self._dirty:
+            ledger = self._ledger_of(name)
+            if ledger is None:
+                self._largest.pop(name, None)
+                self._capacity.pop(name, None)
+                self._free_asc.pop(name, None)
+                for ranks in self._ranks.values():
+                    ranks.pop(name, None)
+                continue
+            free_asc = ledger.free_asc()
+            self._largest[name] = free_asc[-1] if free_asc else -1
+            self._capacity[name] = ledger.largest_memory()
+            self._free_asc[name] = free_asc
+            for (need, policy), ranks in self._ranks.items():
+                value = ranking.quick_rank(need, free_asc, policy)
+                if value is None:
+                    ranks.pop(name, None)
+                else:
+                    ranks[name] = value
+        self._dirty.clear()
+
+    def largest_free(self) -> Mapping[str, int]:
+        self._refresh()
+        return self._largest
+
+    def largest_gpu(self) -> Mapping[str, int]:
+        self._refresh()
+        return self._capacity
+
+    def free_asc(self) -> Mapping[str, tuple[int, ...]]:
+        self._refresh()
+        return self._free_asc
+
+    def quick_ranks(self, need: int, policy: Policy) -> Mapping[str, ranking.Rank]:
+        """Per known node where a pod of `need` goes whole on one GPU, its key under `policy`; the nodes
+        it does not fit are absent."""
+        self._refresh()
+        slot = (need, policy)
+        ranks = self._ranks.get(slot)
+        if ranks is not None:
+            self._ranks.move_to_end(slot)
+            return ranks
+        ranks = {}
+        for name, free_asc in self._free_asc.items():
+            value = ranking.quick_rank(need, free_asc, policy)
+            if value is not None:
+                ranks[name] = value
+        self._ranks[slot] = ranks
+        if len(self._ranks) > KEPT_SIZES:
+            self._ranks.popitem(last=False)
+        return ranks
