@@ -22,9 +22,11 @@ FAST = watch.WatchSettings(timeout_seconds=30, page_size=2, backoff=watch.Backof
 
 
 class Loop:
-    """uvloop running on a thread of its own, as the extender's server runs it."""
+    """uvloop running on a thread of its own, as the extender's server runs it; `clients` are closed on
+    it before it closes (as the extender's app closes its client when it stops)."""
 
     def __init__(self) -> None:
+        self.clients: list[asyncdirect.AsyncDirectClient] = []
         self.loop = uvloop.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="test loop", daemon=True)
         self.thread.start()
@@ -38,6 +40,9 @@ class Loop:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for client in self.clients:
+                client.close()
+            await asyncio.sleep(0.01)  # the aborted transports close
 
         asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -53,6 +58,7 @@ def streams(request: pytest.FixtureRequest, apiserver: ApiServer, monkeypatch) -
         return
     running = Loop()
     client = asyncdirect.AsyncDirectClient(apiserver.api)
+    running.clients.append(client)
     streamer = asyncdirect.LoopStreamer(client)
     streamer.attach(running.loop)
     real_init = watch.Watcher.__init__
@@ -301,7 +307,8 @@ def test_one_node_watches_that_node_alone(apiserver, mirror):
 def own_loop(apiserver: ApiServer) -> Iterator[tuple[Loop, asyncdirect.LoopStreamer]]:
     """A loop with a streamer attached, for the tests of the loop's own behaviour."""
     running = Loop()
-    streamer = asyncdirect.LoopStreamer(asyncdirect.AsyncDirectClient(apiserver.api))
+    running.clients.append(asyncdirect.AsyncDirectClient(apiserver.api))
+    streamer = asyncdirect.LoopStreamer(running.clients[0])
     streamer.attach(running.loop)
     try:
         yield running, streamer

@@ -19,8 +19,8 @@ import asyncio
 import concurrent.futures
 import ssl
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, cast
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
 
 import httptools
@@ -28,6 +28,8 @@ import kubernetes.client
 import orjson
 
 from webhook.kube import direct, errors, rest
+
+T = TypeVar("T")
 
 # Idle connections kept for the next requests; more than this many at once close after their reply.
 MAX_IDLE = 64
@@ -259,16 +261,30 @@ class LoopStreamer:
         on_data: Callable[[bytes], None],
         timeout_s: float,
     ) -> concurrent.futures.Future[None] | None:
+        text = _query(query)
+        return self._run(self.client.stream(resource_path, on_data, timeout_s, text))
+
+    def get(
+        self, resource_path: str, query: Mapping[str, str | int | bool]
+    ) -> concurrent.futures.Future[Any] | None:
+        text = _query(query)
+        return self._run(self.client.request("GET", f"{resource_path}?{text}" if text else resource_path))
+
+    def _run(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T] | None:
         if not self._waited:
             self._waited = True
             self._attached.wait(self.wait_s)
         loop = self._loop
         if loop is None or loop.is_closed():
+            call.close()
             return None
-        text = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
-        stream = self.client.stream(resource_path, on_data, timeout_s, text)
         try:
-            return asyncio.run_coroutine_threadsafe(stream, loop)
+            return asyncio.run_coroutine_threadsafe(call, loop)
         except RuntimeError:  # the loop closed meanwhile
-            stream.close()
+            call.close()
             return None
+
+
+def _query(query: Mapping[str, str | int | bool]) -> str:
+    """A query string as the client library writes it (booleans in lower case)."""
+    return urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})

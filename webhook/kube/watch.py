@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 Obj = dict[str, Any]
 ADDED, MODIFIED, DELETED, RESYNC = "ADDED", "MODIFIED", "DELETED", "RESYNC"
+# A page of a list read on the streamer's loop: its client times out the request first (rest's timeout).
+LIST_PAGE_TIMEOUT_S = 120.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -186,7 +188,7 @@ class Watcher:
         if self.settings.page_size:
             query["limit"] = self.settings.page_size
         while True:
-            reply = rest.request(self.api, "GET", self.resource_path, query=query)
+            reply = self._get(query)
             meta = reply.get("metadata") or {}
             items += reply.get("items") or []
             if not meta.get("continue"):
@@ -196,6 +198,18 @@ class Watcher:
         self.resource_version = str(meta.get("resourceVersion") or "")
         self._emit(WatchEvent(RESYNC, objects=tuple(items), resource_version=self.resource_version))
         self.synced.set()
+
+    def _get(self, query: dict[str, str | int | bool]) -> Any:
+        """A page of the list: on the streamer's loop when there is one (read there in large pieces; a
+        thread's many small reads each wait for the GIL while the loop is busy), else on this thread."""
+        running = self.streamer.get(self.resource_path, query) if self.streamer is not None else None
+        if running is None:
+            return rest.request(self.api, "GET", self.resource_path, query=query)
+        try:
+            return running.result(timeout=LIST_PAGE_TIMEOUT_S)
+        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError):
+            running.cancel()
+            raise errors.ApiError(errors.TRANSPORT, "Cancelled", "the event loop stopped mid-list") from None
 
     def _watch_once(self) -> bool:
         """One watch request from `resource_version`; True when it delivered anything (healthy)."""
@@ -300,6 +314,11 @@ class Streamer(Protocol):
     ) -> concurrent.futures.Future[None] | None:
         """The stream running on the loop (its result: the stream ended; ApiError: it failed), or None
         when no loop is there now (the watch then streams on its own thread)."""
+
+    def get(
+        self, resource_path: str, query: Mapping[str, str | int | bool]
+    ) -> concurrent.futures.Future[Any] | None:
+        """A GET of `resource_path` running on the loop (its result: the decoded reply), or None."""
 
 
 def one_node(api: kubernetes.client.ApiClient, name: str, handler: Callable[[WatchEvent], None]) -> Watcher:
