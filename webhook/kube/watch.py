@@ -224,6 +224,7 @@ class Watcher:
         read_timeout = self.settings.timeout_seconds + 30.0
         running = None
         if self.streamer is not None:
+            self._pending, self._fed = b"", False  # before the loop may feed it
             running = self.streamer.open(self.resource_path, query, self._feed, read_timeout)
         if running is not None:
             self.stats.watches += 1
@@ -256,7 +257,6 @@ class Watcher:
 
     def _wait_for(self, running: concurrent.futures.Future[None]) -> bool:
         """Wait for a stream read on the streamer's loop (`_feed` handles its bytes there)."""
-        self._pending, self._fed = b"", False
         with self._lock:
             self._response = running
         if self._stop.is_set():
@@ -303,7 +303,7 @@ class Watcher:
 
 
 class Streamer(Protocol):
-    """Reads watch streams on an event loop instead of the watch's thread (asyncstream.LoopStreamer)."""
+    """Reads watch streams on an event loop instead of the watch's thread (asyncdirect.LoopStreamer)."""
 
     def open(
         self,
