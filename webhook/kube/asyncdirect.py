@@ -149,7 +149,7 @@ class AsyncDirectClient:
     def of(cls, api: kubernetes.client.ApiClient) -> AsyncDirectClient | None:
         """An AsyncDirectClient for `api`; None where `direct.DirectClient.of` gives none, or the host's
         port is not a number."""
-        if direct.DirectClient.of(api) is None:
+        if not direct.reachable_directly(api.configuration):
             return None
         try:
             return cls(api)
@@ -170,9 +170,17 @@ class AsyncDirectClient:
             conn = self._idle.pop()
             if not conn.closed:
                 return conn
+        return await self._open(_Connection)
+
+    async def _open(self, protocol: Callable[[], _Connection]) -> _Connection:
+        """A new connection to the API server (TLS as configured), within the connect timeout."""
+        loop = asyncio.get_running_loop()
+        tls: dict[str, Any] = {}
+        if self.context is not None:
+            tls = {"ssl": self.context, "server_hostname": self.server_name or self.host}
         try:
             async with asyncio.timeout(self.connect_s):
-                _, conn = await loop.create_connection(_Connection, self.host, self.port, **self._tls())
+                _, conn = await loop.create_connection(protocol, self.host, self.port, **tls)
         except TimeoutError:
             raise TimeoutError("no connection within the timeout") from None
         return conn
@@ -188,22 +196,13 @@ class AsyncDirectClient:
         head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
         return head + payload if payload is not None else head
 
-    async def stream(
-        self, path: str, on_data: Callable[[bytes], None], timeout_s: float, query: str = ""
-    ) -> None:
-        """GET `path` on a connection of its own and hand its body to `on_data` as it arrives, until the
-        server ends it, `on_data` raises (raised here), or `timeout_s` passes (then it just ends). A
-        non-2xx answer raises its ApiError, as `request` does."""
-        request = self._request_bytes("GET", f"{path}?{query}" if query else path, None)
-        loop = asyncio.get_running_loop()
+    async def stream(self, path: str, on_data: Callable[[bytes], None], timeout_s: float) -> None:
+        """GET `path` (with its query) on a connection of its own and hand its body to `on_data` as it
+        arrives, until the server ends it, `on_data` raises (raised here), or `timeout_s` passes (then it
+        just ends). A non-2xx answer raises its ApiError, as `request` does."""
+        request = self._request_bytes("GET", path, None)
         with errors.translated():
-            try:
-                async with asyncio.timeout(self.connect_s):
-                    _, conn = await loop.create_connection(
-                        lambda: _Connection(on_data), self.host, self.port, **self._tls()
-                    )
-            except TimeoutError:
-                raise TimeoutError("no connection within the timeout") from None
+            conn = await self._open(lambda: _Connection(on_data))
             try:
                 status, data, reason, _ = await conn.exchange(request, timeout_s)
             except TimeoutError:
@@ -211,11 +210,6 @@ class AsyncDirectClient:
             finally:
                 conn.close()
         rest.reply(status, data, reason)
-
-    def _tls(self) -> dict[str, Any]:
-        if self.context is None:
-            return {}
-        return {"ssl": self.context, "server_hostname": self.server_name or self.host}
 
     async def request(self, method: str, path: str, body: Any = None) -> Any:
         """Send one request; the decoded JSON reply (None when empty). Non-2xx raises the matching
@@ -261,14 +255,12 @@ class LoopStreamer:
         on_data: Callable[[bytes], None],
         timeout_s: float,
     ) -> concurrent.futures.Future[None] | None:
-        text = _query(query)
-        return self._run(self.client.stream(resource_path, on_data, timeout_s, text))
+        return self._run(self.client.stream(_target(resource_path, query), on_data, timeout_s))
 
     def get(
         self, resource_path: str, query: Mapping[str, str | int | bool]
     ) -> concurrent.futures.Future[Any] | None:
-        text = _query(query)
-        return self._run(self.client.request("GET", f"{resource_path}?{text}" if text else resource_path))
+        return self._run(self.client.request("GET", _target(resource_path, query)))
 
     def _run(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T] | None:
         if not self._waited:
@@ -285,6 +277,7 @@ class LoopStreamer:
             return None
 
 
-def _query(query: Mapping[str, str | int | bool]) -> str:
-    """A query string as the client library writes it (booleans in lower case)."""
-    return urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
+def _target(path: str, query: Mapping[str, str | int | bool]) -> str:
+    """`path` with `query` as the client library writes it (booleans in lower case)."""
+    text = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
+    return f"{path}?{text}" if text else path

@@ -58,10 +58,7 @@ class DirectClient:
     def of(cls, api: kubernetes.client.ApiClient) -> DirectClient | None:
         """A DirectClient for `api`, or None when its configuration goes through a proxy (urllib3's job)
         or is not plain http(s)."""
-        config = api.configuration
-        if config.proxy or urlsplit(config.host).scheme not in DEFAULT_PORT:
-            return None
-        return cls(api)
+        return cls(api) if reachable_directly(api.configuration) else None
 
     def _drop(self) -> None:
         """Close this thread's connection; the next request opens a new one."""
@@ -136,6 +133,11 @@ class _HTTPSConnection(http.client.HTTPSConnection):
         http.client.HTTPConnection.connect(self)
         assert self._context is not None  # type: ignore[attr-defined]
         self.sock = self._context.wrap_socket(self.sock, server_hostname=self.server_name)  # type: ignore[attr-defined]
+
+
+def reachable_directly(config: kubernetes.client.Configuration) -> bool:
+    """Whether requests can go straight to `config`'s host: plain http(s), no proxy (urllib3's job)."""
+    return not config.proxy and urlsplit(config.host).scheme in DEFAULT_PORT
 
 
 def request_headers(api: kubernetes.client.ApiClient, body: bytes | None) -> dict[str, str]:
