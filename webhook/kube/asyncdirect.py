@@ -19,6 +19,7 @@ import asyncio
 import concurrent.futures
 import ssl
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
@@ -231,19 +232,26 @@ class LoopStreamer:
     events are then decoded and handled on that loop, where the cache they feed is read, instead of on
     a thread that takes the GIL from the loop for every read (docs/extender.md, "Speed").
 
-    The first stream waits up to `wait_s` for the app to start; while no loop is attached the watches
-    stream on their own threads, and a stream cut by the loop's end resumes there."""
+    Calls in the first `wait_s` seconds (from the first call) wait for the app to start; while no loop
+    is attached the watches stream on their own threads, and a stream cut by the loop's end resumes
+    there. A loop attached later calls back each watch (`when_attached`), which moves its stream over."""
 
     def __init__(self, client: AsyncDirectClient, wait_s: float = 5.0) -> None:
         self.client = client
         self.wait_s = wait_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._attached = threading.Event()
-        self._waited = False
+        self._deadline: float | None = None
+        self._callbacks: list[Callable[[], None]] = []
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._attached.set()
+        for callback in list(self._callbacks):
+            callback()
+
+    def when_attached(self, callback: Callable[[], None]) -> None:
+        self._callbacks.append(callback)
 
     def detach(self) -> None:
         self._loop = None
@@ -263,9 +271,10 @@ class LoopStreamer:
         return self._run(self.client.request("GET", _target(resource_path, query)))
 
     def _run(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T] | None:
-        if not self._waited:
-            self._waited = True
-            self._attached.wait(self.wait_s)
+        # One window for every caller: a watch that asks second must not skip the wait the first took.
+        if self._deadline is None:
+            self._deadline = time.monotonic() + self.wait_s
+        self._attached.wait(max(0.0, self._deadline - time.monotonic()))
         loop = self._loop
         if loop is None or loop.is_closed():
             call.close()

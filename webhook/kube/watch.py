@@ -112,6 +112,9 @@ class Watcher:
         self._thread: threading.Thread | None = None
         self._pending = b""  # a loop stream's bytes after its last full line
         self._fed = False  # whether the loop stream delivered anything
+        self._to_loop = False  # a loop came: end the thread's stream and resume it there
+        if streamer is not None:
+            streamer.when_attached(self._move_to_loop)
 
     # --- lifecycle ---
 
@@ -227,6 +230,7 @@ class Watcher:
             self._pending, self._fed = b"", False  # before the loop may feed it
             running = self.streamer.open(self.resource_path, query, self._feed, read_timeout)
         if running is not None:
+            self._to_loop = False
             self.stats.watches += 1
             return self._wait_for(running)
         response = rest.open_stream(
@@ -235,8 +239,8 @@ class Watcher:
         self.stats.watches += 1
         with self._lock:
             self._response = response
-        if self._stop.is_set():
-            _cut(response)
+            if self._stop.is_set() or self._to_loop:
+                _cut(response)
         healthy = False
         try:
             with errors.translated():
@@ -248,12 +252,28 @@ class Watcher:
                         if line.strip() and not self._stop.is_set():
                             self._handle_line(line)
                             healthy = True
+        except errors.ApiError:
+            if not self._to_loop or self._stop.is_set():
+                raise
         finally:
             with self._lock:
                 self._response = None
             response.close()
             response.release_conn()
+        if self._to_loop:
+            self._to_loop = False
+            return True  # cut to move: resume on the loop at once, from the same resourceVersion
         return healthy
+
+    def _move_to_loop(self) -> None:
+        """The streamer's loop started after this watch opened its stream on the thread (the server
+        came up late): without this the thread would read it until its timeout, minutes, taking the
+        GIL from the loop on every read. Called on the loop's thread."""
+        with self._lock:
+            self._to_loop = True
+            response = self._response
+            if response is not None and not isinstance(response, concurrent.futures.Future):
+                _cut(response)
 
     def _wait_for(self, running: concurrent.futures.Future[None]) -> bool:
         """Wait for a stream read on the streamer's loop (`_feed` handles its bytes there)."""
@@ -319,6 +339,9 @@ class Streamer(Protocol):
         self, resource_path: str, query: Mapping[str, str | int | bool]
     ) -> concurrent.futures.Future[Any] | None:
         """A GET of `resource_path` running on the loop (its result: the decoded reply), or None."""
+
+    def when_attached(self, callback: Callable[[], None]) -> None:
+        """Call `callback` whenever a loop attaches (from then on `open` and `get` run there)."""
 
 
 def one_node(api: kubernetes.client.ApiClient, name: str, handler: Callable[[WatchEvent], None]) -> Watcher:
