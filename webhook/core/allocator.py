@@ -28,6 +28,8 @@ class Policy(enum.StrEnum):
     SPREAD = "spread"
 
 
+_POLICIES = {policy.value: policy for policy in Policy}
+
 def policy_of(pod_annotations: Mapping[str, str] | None, default: Policy = Policy.BINPACK) -> Policy:
     """The pod's placement policy from its annotation; the default when absent or unknown."""
     return pod_policy(pod_annotations) or default
@@ -35,11 +37,10 @@ def policy_of(pod_annotations: Mapping[str, str] | None, default: Policy = Polic
 
 def pod_policy(pod_annotations: Mapping[str, str] | None) -> Policy | None:
     """The policy the pod's annotation names; None when absent or unknown."""
-    raw = (pod_annotations or {}).get(resources.PLACEMENT_POLICY_ANNOTATION, "")
-    try:
-        return Policy(str(raw).strip().lower())
-    except ValueError:
+    raw = (pod_annotations or {}).get(resources.PLACEMENT_POLICY_ANNOTATION)
+    if not raw:
         return None
+    return _POLICIES.get(str(raw).strip().lower())  # not Policy(...): filter reads it for every pod
 
 
 @dataclass(frozen=True, slots=True)

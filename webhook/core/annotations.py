@@ -13,6 +13,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import orjson
+
 from webhook.core import resources
 
 # Also "<N>MiB": the device plugin's MiB mode counts blocks of N MiB (see webhook/core/devices.py).
@@ -76,7 +78,7 @@ class Allocation:
             str(c): {str(g): u for g, u in sorted(gpus.items())}
             for c, gpus in sorted(self.containers.items())
         }
-        return json.dumps(wire, separators=(",", ":"), sort_keys=False)
+        return orjson.dumps(wire).decode()  # compact, as json.dumps with (",", ":"); one per bind
 
     @classmethod
     def from_json(cls, text: str) -> Allocation:

@@ -7,6 +7,7 @@ and the connection pool.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
@@ -24,15 +25,21 @@ JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 DEFAULT_TIMEOUT: Timeout = (5.0, 30.0)  # (connect, read) seconds
+_PLAIN = re.compile(r"[a-z0-9.-]+")  # what quote(..., safe="") leaves alone, DNS names included
 
 
 def path(plural: str, name: str = "", namespace: str = "", group: str = "", version: str = "v1") -> str:
     """The URL path of a collection or object: `path("pods", "p", "default")`."""
     base = f"/apis/{group}/{version}" if group else f"/api/{version}"
     if namespace:
-        base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/namespaces/{_segment(namespace)}"
     base += f"/{plural}"
-    return base + f"/{quote(name, safe='')}" if name else base
+    return base + f"/{_segment(name)}" if name else base
+
+
+def _segment(text: str) -> str:
+    """`text` as one path segment: a valid object name needs no quoting (a Binding's path per pod)."""
+    return text if _PLAIN.fullmatch(text) else quote(text, safe="")
 
 
 def _prepare(
