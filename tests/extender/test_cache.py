@@ -5,7 +5,8 @@ from __future__ import annotations
 from tests.extender.factory import node, pod
 from webhook.core import annotations as ann
 from webhook.core import demand
-from webhook.extender.cache import ADDED, ASSUME_TTL_NS, DELETED, MODIFIED, Cache
+from webhook.extender.assumptions import ASSUME_TTL_NS
+from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
 
 
 def used(cache: Cache, name: str) -> list[int]:

@@ -1,53 +1,20 @@
 """webhook.kube.watch against the API stand-in: list, watch, resume, re-list on 410, backoff, stop.
 
 Every test runs twice: streams read on the watch's thread, and on an event loop (asyncdirect.LoopStreamer,
-as the extender reads them), where the handler then runs too.
+as the extender reads them), where the handler then runs too. The loop's own behaviour: test_watch_loop.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvloop
 
+from tests.kube.watchkit import FAST, Loop, Mirror
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import asyncdirect, rest, watch
-
-FAST = watch.WatchSettings(timeout_seconds=30, page_size=2, backoff=watch.Backoff(initial=0.02, maximum=0.1))
-
-
-class Loop:
-    """uvloop running on a thread of its own, as the extender's server runs it; `clients` are closed on
-    it before it closes (as the extender's app closes its client when it stops)."""
-
-    def __init__(self) -> None:
-        self.clients: list[asyncdirect.AsyncDirectClient] = []
-        self.loop = uvloop.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="test loop", daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        if self.loop.is_closed():
-            return
-
-        async def cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            for client in self.clients:
-                client.close()
-            await asyncio.sleep(0.01)  # the aborted transports close
-
-        asyncio.run_coroutine_threadsafe(cancel_all(), self.loop).result(5)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-        self.loop.close()
 
 
 @pytest.fixture(autouse=True, params=["thread", "loop"])
@@ -73,37 +40,6 @@ def streams(request: pytest.FixtureRequest, apiserver: ApiServer, monkeypatch) -
     finally:
         streamer.detach()
         running.close()
-
-
-class Mirror:
-    """A minimal cache fed by the watcher: name -> object, replaced on RESYNC."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.log: list[tuple[str, str]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, event: watch.WatchEvent) -> None:
-        with self.lock:
-            if event.type == watch.RESYNC:
-                self.objects = {o["metadata"]["name"]: o for o in event.objects}
-                self.log.append(("RESYNC", ",".join(sorted(self.objects))))
-                return
-            assert event.object is not None
-            name = event.object["metadata"]["name"]
-            self.log.append((event.type, name))
-            if event.type == watch.DELETED:
-                self.objects.pop(name, None)
-            else:
-                self.objects[name] = event.object
-
-    def names(self) -> list[str]:
-        with self.lock:
-            return sorted(self.objects)
-
-    def changes(self) -> list[tuple[str, str]]:
-        with self.lock:
-            return [e for e in self.log if e[0] != "RESYNC"]
 
 
 @pytest.fixture
@@ -298,139 +234,3 @@ def test_one_node_watches_that_node_alone(apiserver, mirror):
         assert mirror.names() == ["n1"]
     finally:
         watcher.stop()
-
-
-# --- streams on the loop ----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def own_loop(apiserver: ApiServer) -> Iterator[tuple[Loop, asyncdirect.LoopStreamer]]:
-    """A loop with a streamer attached, for the tests of the loop's own behaviour."""
-    running = Loop()
-    running.clients.append(asyncdirect.AsyncDirectClient(apiserver.api))
-    streamer = asyncdirect.LoopStreamer(running.clients[0])
-    streamer.attach(running.loop)
-    try:
-        yield running, streamer
-    finally:
-        streamer.detach()
-        running.close()
-
-
-def test_on_the_loop_events_are_handled_on_the_loops_thread(apiserver, own_loop):
-    threads: list[str] = []
-
-    def handler(event: watch.WatchEvent) -> None:
-        threads.append(threading.current_thread().name)
-
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), handler, settings=FAST, name="pods", streamer=own_loop[1]
-    ).start()
-    try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
-        apiserver.add_pod("a")
-        apiserver.wait_for(lambda: len(threads) == 2, what="ADDED")
-    finally:
-        watcher.stop()
-    assert threads == ["watch pods", "test loop"]  # the list on the watch's thread, events on the loop
-
-
-def test_when_the_loop_ends_the_watch_resumes_on_its_own_thread(apiserver, mirror, own_loop):
-    running, streamer = own_loop
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), mirror, settings=FAST, name="pods", streamer=streamer
-    ).start()
-    try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
-        streamer.detach()  # the server stopped: its lifespan detaches, its loop cancels the stream
-        running.close()
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open again")
-        apiserver.add_pod("after")
-        apiserver.wait_for(lambda: mirror.names() == ["after"], what="event on the thread")
-    finally:
-        watcher.stop()
-    assert watcher.stats.lists == 1  # resumed from its resourceVersion
-
-
-def test_a_streamer_with_no_loop_yet_leaves_the_stream_to_the_thread(apiserver, mirror):
-    client = asyncdirect.AsyncDirectClient(apiserver.api)
-    streamer = asyncdirect.LoopStreamer(client, wait_s=0.1)  # never attached: no server runs
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), mirror, settings=FAST, name="pods", streamer=streamer
-    ).start()
-    try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
-        apiserver.add_pod("a")
-        apiserver.wait_for(lambda: mirror.names() == ["a"], what="ADDED")
-    finally:
-        watcher.stop()
-
-
-def test_a_loop_that_starts_late_takes_over_the_threads_stream(apiserver):
-    threads: list[str] = []
-
-    def handler(event: watch.WatchEvent) -> None:
-        if event.type != watch.RESYNC:
-            threads.append(threading.current_thread().name)
-
-    client = asyncdirect.AsyncDirectClient(apiserver.api)
-    streamer = asyncdirect.LoopStreamer(client, wait_s=0.05)  # the server came up after the window
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), handler, settings=FAST, name="pods", streamer=streamer
-    ).start()
-    running = Loop()
-    running.clients.append(client)
-    try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open on the thread")
-        apiserver.add_pod("before")
-        apiserver.wait_for(lambda: len(threads) == 1, what="ADDED on the thread")
-        running.loop.call_soon_threadsafe(streamer.attach, running.loop)  # as the app's lifespan does
-        apiserver.wait_for(lambda: watcher.stats.watches == 2, what="the stream moved")
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open on the loop")
-        apiserver.add_pod("after")
-        apiserver.wait_for(lambda: len(threads) == 2, what="ADDED on the loop")
-    finally:
-        watcher.stop()
-        streamer.detach()
-        running.close()
-    assert threads == ["watch pods", "test loop"]
-    assert watcher.stats.lists == 1  # moved from its resourceVersion, nothing listed again
-    assert watcher.stats.errors == 0  # the cut is no failure: no backoff, no warning
-
-
-def test_every_watch_waits_out_the_same_window_for_the_loop(apiserver):
-    """Two watches start before the server: the second to ask must wait too, not fall to its thread."""
-    client = asyncdirect.AsyncDirectClient(apiserver.api)
-    streamer = asyncdirect.LoopStreamer(client, wait_s=5.0)
-    on_loop: list[bool] = []
-    real_get = streamer.get
-
-    def get(*args: Any) -> Any:
-        running = real_get(*args)
-        on_loop.append(running is not None)
-        return running
-
-    streamer.get = get  # type: ignore[method-assign]
-    running = Loop()
-    running.clients.append(client)
-    watchers = [
-        watch.Watcher(apiserver.api, rest.path("pods"), None, settings=FAST, name=f"w{i}", streamer=streamer)
-        for i in range(2)
-    ]
-    for w in watchers:
-        w.start()
-    try:
-        time.sleep(0.3)
-        running.loop.call_soon_threadsafe(streamer.attach, running.loop)
-        assert all(w.wait_synced(5) for w in watchers)
-    finally:
-        for w in watchers:
-            w.stop()
-        streamer.detach()
-        running.close()
-    assert on_loop and all(on_loop)
-    assert [w.stats.watches for w in watchers] == [1, 1]

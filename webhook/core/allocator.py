@@ -30,6 +30,7 @@ class Policy(enum.StrEnum):
 
 _POLICIES = {policy.value: policy for policy in Policy}
 
+
 def policy_of(pod_annotations: Mapping[str, str] | None, default: Policy = Policy.BINPACK) -> Policy:
     """The pod's placement policy from its annotation; the default when absent or unknown."""
     return pod_policy(pod_annotations) or default

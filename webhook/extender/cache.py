@@ -17,26 +17,12 @@ from typing import Any
 
 from webhook.core import accounting, allocator, modes, ranking, resources
 from webhook.core import annotations as ann
+from webhook.extender.assumptions import ASSUME_TTL_NS, Assumption, replaces
 from webhook.extender.nominations import Nomination, Nominations
 from webhook.extender.records import PodRecord, record_of
 from webhook.extender.summaries import Summaries
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
-ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
-
-
-@dataclass(frozen=True, slots=True)
-class Assumption:
-    """Memory counted for a pod before the watch shows it bound. `token` names the bind that made it;
-    `bound`: the API accepted its Binding (else it is in flight, or its outcome is unknown)."""
-
-    token: int
-    uid: str
-    node: str
-    since_ns: int
-    bound: bool = False
-    created: str = ""  # the assumed pod's creationTimestamp ("" when unknown)
-    older: frozenset[str] = frozenset()  # UIDs of older pods of the same name the cache had seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +35,6 @@ class NodeView:
     shares: tuple[accounting.PodShare, ...]
     problems: tuple[str, ...]
     mode: str = ""  # the node's ack.node.gpu.schedule mode, "invalid" when its value is unknown
-
-
-def _replaces(assumption: Assumption, uid: str, created: str) -> bool:
-    """Whether an event of another pod of the assumed pod's name (`uid`, created at `created`) shows the
-    assumed one gone. Not when it is older, known to the cache as a predecessor or created earlier: a
-    late event of the pod that name had before (the watch is behind the GET that showed the binder the
-    newer one), which must not drop the newer pod's memory. Unknown or equal times count as newer: the
-    watch then settles it within its lag."""
-    if uid in assumption.older:
-        return False
-    return not (created and assumption.created and created < assumption.created)
 
 
 class Cache:
@@ -187,7 +162,7 @@ class Cache:
                 self._drop_nomination(key)
             assumption = self._assumed.get(key)
             if assumption is not None and (
-                _replaces(assumption, uid, str(meta.get("creationTimestamp") or ""))
+                replaces(assumption, uid, str(meta.get("creationTimestamp") or ""))
                 if assumption.uid != uid
                 else (
                     kind == DELETED
