@@ -24,15 +24,9 @@ import argparse
 import functools
 import os
 import random
-import re
 import statistics
 import sys
-import threading
 import time
-import urllib.request
-from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,231 +34,37 @@ import realbed
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from placement_cluster import (
+    PLAIN,
+    card_nodes,
+    card_pods,
+    clear,
+    create,
+    create_in_order,
+    gpu_nodes,
+    saturate,
+    stop,
+)
+from placement_measures import (
+    Bindings,
+    apf_waits,
+    api_requests,
+    cpu_seconds,
+    extender_times,
+    idle_cpu,
+    tcp_opened,
+)
+from placement_references import best_fit_decreasing, exact_workload, online
+
 from tests.e2e import objects, placement
 from tests.e2e.bed import Bed
 from webhook.core import resources
 from webhook.devcluster.process import Process
-from webhook.kube import rest, watch
 
 SIZES = (16, 24, 32, 80)
-PLAIN = "plain-scheduler"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-# -- workloads and their references ------------------------------------------------------------------
-def exact_workload(gpus: list[int], rng: random.Random) -> list[int]:
-    """Pod sizes (GiB) that fill every GPU exactly: each GPU's memory cut into pieces of 1..16 GiB."""
-    pods: list[int] = []
-    for size in gpus:
-        left = size
-        while left:
-            piece = min(left, rng.choice((1, 2, 2, 4, 4, 6, 8, 8, 12, 16)))
-            pods.append(piece)
-            left -= piece
-    rng.shuffle(pods)
-    return pods
-
-
-def online(gpus: list[int], pods: list[int], spread: bool = False) -> tuple[int, list[int]]:
-    """GiB placed by online best fit (worst fit when `spread`) over every GPU, pods in the given order;
-    and the free memory per GPU left."""
-    free = list(gpus)
-    placed = 0
-    for need in pods:
-        fitting = [i for i, f in enumerate(free) if f >= need]
-        if not fitting:
-            continue
-        pick = (max if spread else min)(fitting, key=lambda i: free[i])
-        free[pick] -= need
-        placed += need
-    return placed, free
-
-
-def best_fit_decreasing(gpus: list[int], pods: list[int]) -> int:
-    return online(gpus, sorted(pods, reverse=True))[0]
-
-
-# -- the cluster ---------------------------------------------------------------------------------------
-def gpu_nodes(bed: Bed, group: str, sizes: list[int], gpus: int) -> dict[str, int]:
-    """One node per entry of `sizes` (GiB per GPU), `gpus` GPUs each; node -> GiB per GPU."""
-    names = {f"{group}-{i}": size for i, size in enumerate(sizes)}
-    labels = {"cgpu.disable.isolation": "false"}
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: bed.node(n, gpus, names[n], labels=labels, group=group), names))
-    return names
-
-
-def card_nodes(bed: Bed, group: str, count: int, cards: int = 8) -> None:
-    """`count` nodes of `cards` nvidia.com/gpu each (bench/dra.py asks more, for 5,000 pods on 200)."""
-
-    def one(i: int) -> None:
-        name = f"{group}-{i}"
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"e2e-group": group}},
-        }
-        node = bed.request("POST", rest.path("nodes"), body=body)
-        capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", resources.NVIDIA_GPU: str(cards)}
-        node["status"] = {"capacity": capacity, "allocatable": capacity}
-        bed.request("PUT", rest.path("nodes", name) + "/status", body=node)
-
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(one, range(count)))
-
-
-def create(bed: Bed, ns: str, bodies: list[dict[str, Any]]) -> None:
-    """The pods, in any order (eight at a time)."""
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda b: bed.request("POST", rest.path("pods", namespace=ns), body=b), bodies))
-
-
-def create_in_order(bed: Bed, ns: str, bodies: list[dict[str, Any]]) -> None:
-    """The pods one after another: a running kube-scheduler's queue takes them in the order they arrive.
-    (Its first list of pods made before it started is not in name order: with kube-scheduler v1.36 the
-    pods of a packing run arrived as p00146, p00396, p00461, ...)"""
-    for body in bodies:
-        bed.request("POST", rest.path("pods", namespace=ns), body=body)
-
-
-class Bindings:
-    """Counts the pods of a namespace that have a node, from a watch (no LIST per poll)."""
-
-    def __init__(self, bed: Bed, ns: str) -> None:
-        self.bound: set[str] = set()
-        self.last_change = time.monotonic()
-        self.lock = threading.Lock()
-        self.watcher = watch.Watcher(bed.api, rest.path("pods", namespace=ns), self._on, name=f"bench-{ns}")
-
-    def _on(self, event: watch.WatchEvent) -> None:
-        pods = event.objects if event.type == watch.RESYNC else (event.object,) if event.object else ()
-        with self.lock:
-            for pod in pods:
-                if pod["spec"].get("nodeName") and pod["metadata"]["name"] not in self.bound:
-                    self.bound.add(pod["metadata"]["name"])
-                    self.last_change = time.monotonic()
-
-    def count(self) -> int:
-        with self.lock:
-            return len(self.bound)
-
-    def __enter__(self) -> Bindings:
-        self.watcher.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.watcher.stop()
-
-
-def cpu_seconds(processes: list[Process]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for p in processes:
-        try:
-            fields = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        out[p.name] = (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
-    return out
-
-
-def tcp_opened() -> int:
-    """TCP connections this machine has accepted so far (/proc/net/snmp Tcp PassiveOpens). In a run's
-    window only kube-scheduler opens new ones (to the extender: Go keeps 2 idle connections per host on
-    HTTP/1.1, so binds in flight past that close theirs and the next ones handshake anew)."""
-    header, values = (
-        line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Tcp:")
-    )
-    return int(values[header.index("PassiveOpens")])
-
-
-def apiserver_metrics(bed: Bed, *names: str) -> Iterator[tuple[str, dict[str, str], float]]:
-    """(name, labels, value) of each sample of `names` on kube-apiserver's /metrics."""
-    pattern = re.compile(rf"^({'|'.join(map(re.escape, names))})\{{([^}}]*)\}} (\S+)$")
-    for line in bed.cp.get_raw("/metrics").decode().splitlines():
-        m = pattern.match(line)
-        if m:
-            yield m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2))), float(m.group(3))
-
-
-def api_requests(bed: Bed) -> Counter[tuple[str, str]]:
-    """Requests kube-apiserver served (verb, resource[/subresource]) and those it sent etcd
-    ("etcd " + operation, resource type), counted so far; ("ms", "pods/binding"): its milliseconds spent
-    on Bindings."""
-    counts: Counter[tuple[str, str]] = Counter()
-    names = ("apiserver_request_total", "etcd_requests_total", "apiserver_request_duration_seconds_sum")
-    for name, labels, value in apiserver_metrics(bed, *names):
-        sub = labels.get("subresource", "")
-        if name == "apiserver_request_duration_seconds_sum":
-            if sub == "binding":
-                counts[("ms", "pods/binding")] += int(1000 * value)
-        elif name == "etcd_requests_total":
-            counts[("etcd " + labels.get("operation", ""), labels.get("type", ""))] += int(value)
-        else:
-            counts[(labels.get("verb", ""), labels.get("resource", "") + (f"/{sub}" if sub else ""))] += int(
-                value
-            )
-    return counts
-
-
-def apf_waits(bed: Bed) -> dict[tuple[str, str], tuple[float, float]]:
-    """API Priority and Fairness: (seconds waited in queue, requests) so far per (priority level, flow
-    schema), from kube-apiserver's apiserver_flowcontrol_request_wait_duration_seconds."""
-    waits: dict[tuple[str, str], list[float]] = {}
-    prefix = "apiserver_flowcontrol_request_wait_duration_seconds"
-    for name, labels, value in apiserver_metrics(bed, f"{prefix}_sum", f"{prefix}_count"):
-        cell = waits.setdefault((labels.get("priority_level", ""), labels.get("flow_schema", "")), [0.0, 0.0])
-        cell[0 if name.endswith("_sum") else 1] += value
-    return {key: (total, count) for key, (total, count) in waits.items()}
-
-
-def extender_times(bed: Bed) -> str:
-    url, context = bed.extender_probe_url("/metrics")
-    with urllib.request.urlopen(url, context=context, timeout=10) as reply:
-        text = reply.read().decode()
-    shown = []
-    for route in ("filter", "prioritize", "bind"):
-        total = count = 0.0
-        for line in text.splitlines():
-            if f'endpoint="{route}"' in line and line.startswith(
-                "gpushare_extender_request_duration_seconds_sum"
-            ):
-                total += float(line.rsplit(" ", 1)[1])
-            elif f'endpoint="{route}"' in line and line.startswith(
-                "gpushare_extender_request_duration_seconds_count"
-            ):
-                count += float(line.rsplit(" ", 1)[1])
-        shown.append(f"{route} {1000 * total / count:.2f} ms x {count:.0f}" if count else f"{route} none")
-    return ", ".join(shown)
 
 
 # -- runs ----------------------------------------------------------------------------------------------
-def saturate(
-    bed: Bed,
-    ns: str,
-    pods: int,
-    start: Any,
-    *,
-    feed: Any = None,
-    quiet_s: float = 8.0,
-    limit_s: float = 900,
-) -> Process:
-    """Start a scheduler, then `feed()` (the pods, when not made before), and wait until every pod is
-    bound or nothing was bound for `quiet_s`."""
-    with Bindings(bed, ns) as seen:
-        process: Process = start()
-        if feed is not None:
-            feed()
-        t0 = time.monotonic()
-        while seen.count() < pods and time.monotonic() - seen.last_change < quiet_s:
-            if time.monotonic() - t0 > limit_s:
-                raise SystemExit(f"{ns}: no saturation after {limit_s} s; logs in {bed.cp.logs}")
-            time.sleep(0.2)
-    return process
-
-
-def stop(bed: Bed, process: Process) -> None:
-    process.stop(grace=5)
-    bed.processes.remove(process)
 
 
 def packing(bed: Bed, seed: int, nodes: int, gpus: int, policy: str) -> None:
@@ -319,15 +119,6 @@ def packing(bed: Bed, seed: int, nodes: int, gpus: int, policy: str) -> None:
             f"stdev {statistics.pstdev(ours_frac):.3f} (online worst fit {statistics.pstdev(ideal_frac):.3f}), "
             f"min {min(ours_frac):.3f} ({min(ideal_frac):.3f}); over-committed GPUs: {over}"
         )
-
-
-def idle_cpu(bed: Bed, seconds: float = 5.0) -> dict[str, float]:
-    """CPU seconds per second each process spends with nothing to schedule (leases, controllers)."""
-    processes = [*bed.cp.processes, *bed.processes]
-    before = cpu_seconds(processes)
-    time.sleep(seconds)
-    after = cpu_seconds(processes)
-    return {name: (after[name] - before.get(name, 0.0)) / seconds for name in after}
 
 
 def speed(
@@ -395,38 +186,6 @@ def speed(
     if bindings:
         print(f"    kube-apiserver's mean time per Binding: {binding_ms / bindings:.1f} ms")
     return {"rate": rate, "cpu": cpu, "net": net}
-
-
-def clear(bed: Bed, groups: list[str]) -> None:
-    """Delete the pods (at once: no kubelet confirms) and the nodes of `groups` (each its namespace and
-    node label), and wait until the API shows none."""
-    if not groups:
-        return
-    for group in groups:
-        bed.request("DELETE", rest.path("pods", namespace=group), query={"gracePeriodSeconds": 0})
-        bed.request("DELETE", rest.path("nodes"), query={"labelSelector": f"e2e-group={group}"})
-    for group in groups:
-        bed.wait(
-            f"{group} cleared",
-            lambda g=group: (
-                not rest.request(bed.api, "GET", rest.path("pods", namespace=g))["items"]
-                and not rest.request(
-                    bed.api, "GET", rest.path("nodes"), query={"labelSelector": f"e2e-group={g}"}
-                )["items"]
-            ),
-            timeout=120,
-        )
-    time.sleep(2)  # the watches (the extender's, kube-scheduler's) have seen the deletions
-
-
-def card_pods(group: str, count: int) -> list[dict[str, Any]]:
-    """`count` pods of one `nvidia.com/gpu` each for the plain scheduler, on the nodes of `group`."""
-    cards = [
-        objects.pod(f"w{i:05d}", objects.container(limits={resources.NVIDIA_GPU: "1"})) for i in range(count)
-    ]
-    for body in cards:
-        body["spec"].update(nodeSelector={"e2e-group": group}, schedulerName=PLAIN)
-    return cards
 
 
 def speed_rounds(bed: Bed, args: argparse.Namespace) -> None:
