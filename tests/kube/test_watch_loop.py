@@ -34,18 +34,28 @@ def own_loop(apiserver: ApiServer) -> Iterator[tuple[Loop, asyncdirect.LoopStrea
         running.close()
 
 
+def watching(apiserver: ApiServer, handler: Any, streamer: asyncdirect.LoopStreamer) -> watch.Watcher:
+    """A started pods watch with `streamer`, once it has listed and its stream is open."""
+    watcher = watch.Watcher(
+        apiserver.api, rest.path("pods"), handler, settings=FAST, name="pods", streamer=streamer
+    ).start()
+    try:
+        assert watcher.wait_synced(5)
+        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
+    except BaseException:
+        watcher.stop()
+        raise
+    return watcher
+
+
 def test_on_the_loop_events_are_handled_on_the_loops_thread(apiserver, own_loop):
     threads: list[str] = []
 
     def handler(event: watch.WatchEvent) -> None:
         threads.append(threading.current_thread().name)
 
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), handler, settings=FAST, name="pods", streamer=own_loop[1]
-    ).start()
+    watcher = watching(apiserver, handler, own_loop[1])
     try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
         apiserver.add_pod("a")
         apiserver.wait_for(lambda: len(threads) == 2, what="ADDED")
     finally:
@@ -55,12 +65,8 @@ def test_on_the_loop_events_are_handled_on_the_loops_thread(apiserver, own_loop)
 
 def test_when_the_loop_ends_the_watch_resumes_on_its_own_thread(apiserver, mirror, own_loop):
     running, streamer = own_loop
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), mirror, settings=FAST, name="pods", streamer=streamer
-    ).start()
+    watcher = watching(apiserver, mirror, streamer)
     try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
         streamer.detach()  # the server stopped: its lifespan detaches, its loop cancels the stream
         running.close()
         apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open again")
@@ -74,12 +80,8 @@ def test_when_the_loop_ends_the_watch_resumes_on_its_own_thread(apiserver, mirro
 def test_a_streamer_with_no_loop_yet_leaves_the_stream_to_the_thread(apiserver, mirror):
     client = asyncdirect.AsyncDirectClient(apiserver.api)
     streamer = asyncdirect.LoopStreamer(client, wait_s=0.1)  # never attached: no server runs
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), mirror, settings=FAST, name="pods", streamer=streamer
-    ).start()
+    watcher = watching(apiserver, mirror, streamer)
     try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open")
         apiserver.add_pod("a")
         apiserver.wait_for(lambda: mirror.names() == ["a"], what="ADDED")
     finally:
@@ -95,14 +97,10 @@ def test_a_loop_that_starts_late_takes_over_the_threads_stream(apiserver):
 
     client = asyncdirect.AsyncDirectClient(apiserver.api)
     streamer = asyncdirect.LoopStreamer(client, wait_s=0.05)  # the server came up after the window
-    watcher = watch.Watcher(
-        apiserver.api, rest.path("pods"), handler, settings=FAST, name="pods", streamer=streamer
-    ).start()
+    watcher = watching(apiserver, handler, streamer)  # on its thread
     running = Loop()
     running.clients.append(client)
     try:
-        assert watcher.wait_synced(5)
-        apiserver.wait_for(lambda: apiserver.open_watches == 1, what="watch open on the thread")
         apiserver.add_pod("before")
         apiserver.wait_for(lambda: len(threads) == 1, what="ADDED on the thread")
         running.loop.call_soon_threadsafe(streamer.attach, running.loop)  # as the app's lifespan does
@@ -119,7 +117,7 @@ def test_a_loop_that_starts_late_takes_over_the_threads_stream(apiserver):
     assert watcher.stats.errors == 0  # the cut is no failure: no backoff, no warning
 
 
-def test_every_watch_waits_out_the_same_window_for_the_loop(apiserver):
+def test_every_watch_waits_out_the_same_window_for_the_loop(apiserver, monkeypatch):
     """Two watches start before the server: the second to ask must wait too, not fall to its thread."""
     client = asyncdirect.AsyncDirectClient(apiserver.api)
     streamer = asyncdirect.LoopStreamer(client, wait_s=5.0)
@@ -131,7 +129,7 @@ def test_every_watch_waits_out_the_same_window_for_the_loop(apiserver):
         on_loop.append(running is not None)
         return running
 
-    streamer.get = get  # type: ignore[method-assign]
+    monkeypatch.setattr(streamer, "get", get)
     running = Loop()
     running.clients.append(client)
     watchers = [
