@@ -10,11 +10,44 @@ import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
+import kubernetes.client
 import pytest
 
 from webhook.core import certificates
 from webhook.serving import tls
+
+C = TypeVar("C")
+
+
+def instances(monkeypatch: pytest.MonkeyPatch, cls: type[C]) -> list[C]:
+    """Every `cls` made from now on, in order (for a fixture to close the clients a test made)."""
+    made: list[C] = []
+    real_init = cls.__init__
+
+    def init(self: C, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(cls, "__init__", init)
+    return made
+
+
+def configured(
+    server: tuple[str, Path, Path, Path], *, ca: Path | None = None, server_name: str = "", token: str = ""
+) -> kubernetes.client.Configuration:
+    """A client library configuration for `https_server`'s (url, ca, client cert, client key): its CA
+    (or `ca`), its client certificate, and the tls-server-name and bearer token when given."""
+    url, server_ca, cert, key = server
+    config = kubernetes.client.Configuration(host=url)
+    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca or server_ca), str(cert), str(key)
+    if server_name:
+        config.tls_server_name = server_name
+    if token:
+        config.api_key = {"BearerToken": token}
+        config.api_key_prefix = {"BearerToken": "Bearer"}
+    return config
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

@@ -15,6 +15,7 @@ import kubernetes.client
 import pytest
 import uvloop
 
+from tests.kube.conftest import configured, instances
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import asyncdirect, errors, pods
 
@@ -26,14 +27,7 @@ def run(request: pytest.FixtureRequest, monkeypatch) -> Callable[[Coroutine[Any,
     """Run a coroutine on a new loop of the kind; the clients made so far are closed on that loop after
     it (a transport left open makes uvloop's close hang when its ResourceWarning is an error)."""
     factory = asyncio.new_event_loop if request.param == "asyncio" else uvloop.new_event_loop
-    made: list[asyncdirect.AsyncDirectClient] = []
-    real_init = asyncdirect.AsyncDirectClient.__init__
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(asyncdirect.AsyncDirectClient, "__init__", init)
+    made = instances(monkeypatch, asyncdirect.AsyncDirectClient)
 
     async def closing(coroutine: Coroutine[Any, Any, T]) -> T:
         try:
@@ -229,12 +223,8 @@ def test_a_proxied_configuration_or_a_bad_port_is_left_to_the_client_library():
 
 
 def test_tls_uses_the_ca_client_certificate_token_and_server_name_configured(https_server, run):
-    url, ca, cert, key = https_server
-    config = kubernetes.client.Configuration(host=url)
-    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca), str(cert), str(key)
-    config.tls_server_name = "apiserver.internal"  # the name the certificate has, not the address dialled
-    config.api_key = {"BearerToken": "t0ken"}
-    config.api_key_prefix = {"BearerToken": "Bearer"}
+    # apiserver.internal: the name the certificate has, not the address dialled
+    config = configured(https_server, server_name="apiserver.internal", token="t0ken")
     client = client_of(kubernetes.client.ApiClient(config))
     reply = run(client.request("POST", "/api/v1/namespaces/default/pods/p/binding", {"kind": "Binding"}))
     assert reply["seen"] == {
@@ -245,9 +235,7 @@ def test_tls_uses_the_ca_client_certificate_token_and_server_name_configured(htt
 
 
 def test_tls_checks_the_address_dialled_without_a_server_name(https_server, run):
-    url, ca, cert, key = https_server
-    config = kubernetes.client.Configuration(host=url)
-    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca), str(cert), str(key)
+    config = configured(https_server)
     client = client_of(kubernetes.client.ApiClient(config))
     with pytest.raises(errors.UnreachableError, match="IP address mismatch"):
         run(client.request("POST", "/x", {}))

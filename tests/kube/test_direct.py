@@ -13,6 +13,7 @@ from typing import Any
 import kubernetes.client
 import pytest
 
+from tests.kube.conftest import configured, instances
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import direct, errors, pods
 from webhook.serving import tls
@@ -21,14 +22,7 @@ from webhook.serving import tls
 @pytest.fixture(autouse=True)
 def _closed(monkeypatch) -> Iterator[None]:
     """Every DirectClient a test makes is closed after it (its sockets would warn otherwise)."""
-    made: list[direct.DirectClient] = []
-    real_init = direct.DirectClient.__init__
-
-    def init(self, *args, **kwargs):
-        real_init(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(direct.DirectClient, "__init__", init)
+    made = instances(monkeypatch, direct.DirectClient)
     yield
     for client in made:
         client.close()
@@ -174,12 +168,8 @@ def test_an_idle_connection_on_a_descriptor_over_1023_is_not_taken_for_dead():
 
 
 def test_tls_uses_the_ca_client_certificate_token_and_server_name_configured(https_server):
-    url, ca, cert, key = https_server
-    config = kubernetes.client.Configuration(host=url)
-    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca), str(cert), str(key)
-    config.tls_server_name = "apiserver.internal"  # the name the certificate has, not the address dialled
-    config.api_key = {"BearerToken": "t0ken"}
-    config.api_key_prefix = {"BearerToken": "Bearer"}
+    # apiserver.internal: the name the certificate has, not the address dialled
+    config = configured(https_server, server_name="apiserver.internal", token="t0ken")
     client = direct.DirectClient.of(kubernetes.client.ApiClient(config))
     assert client is not None
     reply = client.request("POST", "/api/v1/namespaces/default/pods/p/binding", {"kind": "Binding"})
@@ -191,19 +181,15 @@ def test_tls_uses_the_ca_client_certificate_token_and_server_name_configured(htt
 
 
 def test_tls_checks_the_address_dialled_without_a_server_name(https_server):
-    url, ca, cert, key = https_server
-    config = kubernetes.client.Configuration(host=url)
-    config.ssl_ca_cert, config.cert_file, config.key_file = str(ca), str(cert), str(key)
+    config = configured(https_server)
     client = direct.DirectClient(kubernetes.client.ApiClient(config))
     with pytest.raises(errors.UnreachableError, match="IP address mismatch"):
         client.request("POST", "/x", {})
 
 
 def test_tls_refuses_a_server_its_ca_did_not_sign(https_server, tmp_path):
-    url, _, cert, key = https_server
     other = tls.write_cert_dir(tmp_path / "other", datetime.now(UTC))
-    config = kubernetes.client.Configuration(host=url)
-    config.ssl_ca_cert, config.cert_file, config.key_file = str(other.ca_cert), str(cert), str(key)
+    config = configured(https_server, ca=other.ca_cert)
     client = direct.DirectClient(kubernetes.client.ApiClient(config))
     with pytest.raises(errors.UnreachableError, match="certificate verify failed"):
         client.request("POST", "/x", {})

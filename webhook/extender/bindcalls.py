@@ -80,6 +80,16 @@ def _next(steps: Steps, reply: Any, failure: errors.ApiError | None) -> tuple[Ca
         return None, str(done.value)
 
 
+def _make(call: Call, api: BindingApi | AsyncBindingApi, sleep: Callable[[float], Any]) -> Any:
+    """The API method (or sleep) `call` names, called: its reply on a thread, an awaitable of it on the
+    loop. Bind and sleep reply None."""
+    if isinstance(call, CreateBinding):
+        return api.bind(call.namespace, call.name, call.uid, call.node, call.annotations)
+    if isinstance(call, GetPod):
+        return api.get_pod(call.namespace, call.name)
+    return sleep(call.seconds)
+
+
 def run(steps: Steps, api: BindingApi, sleep: Callable[[float], None]) -> str:
     """Drive `steps` on this thread; what they return."""
     reply: Any = None
@@ -91,12 +101,7 @@ def run(steps: Steps, api: BindingApi, sleep: Callable[[float], None]) -> str:
             try:
                 if call is None:
                     return result
-                if isinstance(call, CreateBinding):
-                    api.bind(call.namespace, call.name, call.uid, call.node, call.annotations)
-                elif isinstance(call, GetPod):
-                    reply = api.get_pod(call.namespace, call.name)
-                else:
-                    sleep(call.seconds)
+                reply = _make(call, api, sleep)
             except errors.ApiError as err:
                 failure = err
 
@@ -112,11 +117,6 @@ async def run_async(steps: Steps, api: AsyncBindingApi) -> str:
             try:
                 if call is None:
                     return result
-                if isinstance(call, CreateBinding):
-                    await api.bind(call.namespace, call.name, call.uid, call.node, call.annotations)
-                elif isinstance(call, GetPod):
-                    reply = await api.get_pod(call.namespace, call.name)
-                else:
-                    await asyncio.sleep(call.seconds)
+                reply = await _make(call, api, asyncio.sleep)
             except errors.ApiError as err:
                 failure = err

@@ -144,7 +144,7 @@ class AsyncDirectClient:
         self.authority = host if default else f"{host}:{self.port}"
         self.headers = direct.Headers(api)
         self._idle: list[_Connection] = []
-        self._blocks: dict[int, tuple[dict[str, str], bytes]] = {}  # id(headers) -> (headers, their lines)
+        self._blocks: dict[bool, tuple[dict[str, str], bytes]] = {}  # with a body or not: the newest read
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the idle connections belong to
 
     @classmethod
@@ -189,15 +189,15 @@ class AsyncDirectClient:
 
     def _request_bytes(self, method: str, path: str, payload: bytes | None) -> bytes:
         head = f"{method} {self.base}{path} HTTP/1.1\r\n".encode("latin-1", "replace")
-        block = self._header_block(self.headers.get(payload))
+        block = self._header_block(self.headers.get(payload), payload is not None)
         if payload is None:
             return head + block + b"\r\n"
         return b"%s%sContent-Length: %d\r\n\r\n%s" % (head, block, len(payload), payload)
 
-    def _header_block(self, headers: dict[str, str]) -> bytes:
+    def _header_block(self, headers: dict[str, str], has_body: bool) -> bytes:
         """Host and `headers` as lines, encoded once per headers read (`direct.Headers` keeps a read a
         second; the block is the same for every request meanwhile)."""
-        kept = self._blocks.get(id(headers))
+        kept = self._blocks.get(has_body)
         if kept is not None and kept[0] is headers:
             return kept[1]
         lines = [f"Host: {self.authority}"]
@@ -206,9 +206,7 @@ class AsyncDirectClient:
                 raise errors.ApiError(errors.TRANSPORT, "InvalidHeader", f"header {name} holds a line break")
             lines.append(f"{name}: {value}")
         block = "".join(f"{line}\r\n" for line in lines).encode("latin-1", "replace")
-        if len(self._blocks) >= 4:  # one per (body or not) and token read: the older ones are done
-            self._blocks.clear()
-        self._blocks[id(headers)] = (headers, block)
+        self._blocks[has_body] = (headers, block)
         return block
 
     async def stream(self, path: str, on_data: Callable[[bytes], None], timeout_s: float) -> None:
