@@ -90,6 +90,36 @@ def test_concurrent_requests_each_get_a_connection_and_all_are_kept(apiserver: A
     assert all(pods.get_pod(apiserver.api, "default", f"p{i}")["spec"]["nodeName"] for i in range(8))
 
 
+def test_a_request_answered_after_close_closes_its_connection_instead_of_keeping_it(
+    apiserver: ApiServer, run
+):
+    """The app closes the client at shutdown while a watch's list may still be in flight: a connection
+    kept after that would be open when the loop closes."""
+    client = client_of(apiserver.api)
+    pod = apiserver.add_pod("p1")
+    apiserver.delay("create", "pods/binding", 0.3)
+    opened: list[asyncdirect._Connection] = []
+    real_open = client._open
+
+    async def recording_open(protocol: Any) -> asyncdirect._Connection:
+        opened.append(await real_open(protocol))
+        return opened[-1]
+
+    client._open = recording_open  # type: ignore[method-assign]
+
+    async def scenario() -> int:
+        binding = asyncio.ensure_future(bind(client, pod))
+        await asyncio.sleep(0.1)  # sent, not yet answered
+        client.close()
+        await binding
+        return len(client._idle)
+
+    assert run(scenario()) == 0
+    assert len(opened) == 1
+    assert opened[0].closed
+    assert pods.get_pod(apiserver.api, "default", "p1")["spec"]["nodeName"] == "n1"  # it did land
+
+
 @pytest.mark.parametrize(
     ("prepare", "error", "text"),
     [("assigned", errors.ConflictError, "already assigned"), ("gone", errors.NotFoundError, "not found")],

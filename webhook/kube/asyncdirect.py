@@ -159,8 +159,11 @@ class AsyncDirectClient:
             return None
 
     def close(self) -> None:
-        """Close the idle connections; call it on their loop (the app's shutdown)."""
+        """Close the idle connections; call it on their loop (the app's shutdown). A request still in
+        flight closes its connection when it is answered instead of keeping it: nobody would close it
+        before the loop does, which then finds a transport open."""
         idle, self._idle = self._idle, []
+        self._loop = None
         for conn in idle:
             conn.close()
 
@@ -232,7 +235,7 @@ class AsyncDirectClient:
         with errors.translated():
             conn = await self._connection()
             status, data, reason, keep = await conn.exchange(request, self.read_s)
-        if keep and len(self._idle) < MAX_IDLE:
+        if keep and self._loop is asyncio.get_running_loop() and len(self._idle) < MAX_IDLE:
             self._idle.append(conn)
         else:
             conn.close()
