@@ -15,7 +15,6 @@ bind) vs offline best-fit-decreasing, and online `spread` as a policy that shoul
 from __future__ import annotations
 
 import argparse
-import bisect
 import contextlib
 import gc
 import http.client
@@ -33,6 +32,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from placement_references import best_fit_decreasing
 
 from tests.extender.factory import FakeApi, node, pod
 from webhook.core import allocator
@@ -346,19 +347,6 @@ def online(gpu_sizes: list[int], gpus: int, workload: list[int], policy: allocat
     for name in names:
         view = cache.view(name)
         assert view is not None and not view.problems, view
-    return placed
-
-
-def best_fit_decreasing(gpu_sizes: list[int], workload: list[int]) -> int:
-    """Offline: the whole workload known in advance, largest pod first, each on the GPU it fits tightest."""
-    bins = sorted(gpu_sizes)
-    placed = 0
-    for size in sorted(workload, reverse=True):
-        i = bisect.bisect_left(bins, size)
-        if i < len(bins):
-            free = bins.pop(i) - size
-            bisect.insort(bins, free)
-            placed += size
     return placed
 
 

@@ -204,5 +204,5 @@ def test_a_node_whose_gpus_are_gone_loses_its_gpu_type_labels(apiserver, tmp_pat
 
 def test_a_dra_node_advertises_nothing_and_names_the_dra_driver():
     serving = nodemode.decide({modes.MODE_LABEL: "dra"}, (), force_mps=False)
-    assert not serving.advertise
+    assert not serving.serves
     assert "our DRA driver serves the GPUs here" in serving.reason

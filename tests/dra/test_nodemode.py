@@ -27,7 +27,7 @@ PASCAL = (devices.Gpu(0, "GPU-a", 16384, "P100", "6.0"),)
 def test_only_dra_modes_publish_and_mps_follows_the_mode(labels, gpus, force, expected):
     publish, use_mps, reason = expected
     serving = nodemode.decide(labels, gpus, force)
-    assert (serving.publish, serving.mps) == (publish, use_mps)
+    assert (serving.serves, serving.mps) == (publish, use_mps)
     assert reason in serving.reason
 
 
@@ -35,7 +35,7 @@ def test_a_label_change_is_heard_by_the_listeners_and_sets_the_mps_folders():
     heard: list[bool] = []
     dirs = mps.MpsDirs("/run/mps", "/var/log/mps")
     mode = nodemode.NodeMode(VOLTA, force_mps=False, dirs=dirs)
-    mode.on_change(lambda: heard.append(mode.serving.publish))
+    mode.on_change(lambda: heard.append(mode.serving.serves))
     assert not mode.known.is_set() and mode.mps_dirs() is None
     mode.labels_changed({modes.MODE_LABEL: "dra-mps"})
     assert mode.known.is_set() and mode.mps_dirs() == dirs

@@ -34,7 +34,7 @@ class GpuMemoryDemand:
     @property
     def effective(self) -> int:
         """What the pod holds at once: init containers run one by one, before the app containers."""
-        return max(self.total, max(self.init_containers, default=0))
+        return podspec.held_at_once(self.containers, self.init_containers)
 
     @property
     def per_gpu(self) -> int:

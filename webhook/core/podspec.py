@@ -10,7 +10,7 @@ them can meet `containers: 3` unchecked, and none parses a quantity another has 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -262,3 +262,10 @@ def objects(
     `containers(spec, prefix, gpu)` when the caller has it (a review walks each template once)."""
     items = containers(spec, prefix, gpu) if walked is None else walked
     return [c for c in items if isinstance(c, Container)]
+
+
+def held_at_once(containers: Sequence[int], init_containers: Sequence[int]) -> int:
+    """What a pod holds at once of a resource counted per container: init containers run one by one
+    before the app containers, so the larger of the app containers' sum and the largest init container
+    (the kubelet's and kube-scheduler's effective request)."""
+    return max(sum(containers), max(init_containers, default=0))

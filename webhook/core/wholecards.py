@@ -55,7 +55,7 @@ class CardDemand:
     @property
     def effective(self) -> int:
         """What the kubelet holds for the pod: init containers' devices are reused by the app containers."""
-        return max(self.total, max(self.init_containers, default=0))
+        return podspec.held_at_once(self.containers, self.init_containers)
 
     def asks(self) -> bool:
         return self.effective > 0

@@ -12,38 +12,17 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-from webhook.core import devices, modes, mps
+from webhook.core import devices, mps, nodeserving
+from webhook.core.nodeserving import Serving
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Serving:
-    """The decision for one set of labels: advertise or not (and why not), MPS or not."""
-
-    mode: str
-    advertise: bool
-    mps: bool = False
-    reason: str = ""
-
-
 def decide(labels: Mapping[str, object], gpus: Sequence[devices.Gpu], force_mps: bool) -> Serving:
-    try:
-        mode = modes.node_mode(labels)
-    except modes.ModeError as err:
-        return Serving(str(labels.get(modes.MODE_LABEL)), False, reason=f"{err}; advertising nothing")
-    if not mode.shares:
-        server = "our DRA driver serves the GPUs" if mode.dra else "NVIDIA's plugin serves whole GPUs"
-        reason = f"node label {modes.MODE_LABEL}={mode.value}: {server} here; advertising nothing"
-        return Serving(mode.value, False, reason=reason)
-    use_mps = mode is modes.Mode.MPS or force_mps
-    refused = mps.refusal(gpus) if use_mps else None
-    if refused is not None:
-        return Serving(mode.value, False, mps=True, reason=f"{refused}; advertising nothing in mps mode")
-    return Serving(mode.value, True, mps=use_mps)
+    """The shared rule (core/nodeserving.py) with the plugin's modes and words."""
+    return nodeserving.decide(nodeserving.DEVICE_PLUGIN, labels, gpus, force_mps)
 
 
 class NodeMode:
@@ -64,8 +43,8 @@ class NodeMode:
         now = decide(labels, self.state.gpus, self.force_mps)
         if now == before:
             return now
-        self.state.set_advertised(now.advertise)
-        if now.advertise:
+        self.state.set_advertised(now.serves)
+        if now.serves:
             log.info("node mode %s: advertising GPU memory%s", now.mode, " with MPS" if now.mps else "")
         else:
             log.warning("node mode %s: %s", now.mode, now.reason)
@@ -73,4 +52,4 @@ class NodeMode:
 
     def mps_dirs(self) -> mps.MpsDirs | None:
         """The MPS directories when Allocate must add MPS env and mounts; None otherwise."""
-        return self.dirs if self.serving.mps and self.serving.advertise else None
+        return self.dirs if self.serving.mps and self.serving.serves else None

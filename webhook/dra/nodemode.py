@@ -12,39 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 
-from webhook.core import devices, modes, mps
+from webhook.core import devices, mps, nodeserving
+from webhook.core.nodeserving import Serving
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class Serving:
-    mode: str
-    publish: bool
-    mps: bool = False
-    reason: str = ""
-
-
 def decide(labels: Mapping[str, object], gpus: Sequence[devices.Gpu], force_mps: bool) -> Serving:
-    try:
-        mode = modes.node_mode(labels)
-    except modes.ModeError as err:
-        return Serving(str(labels.get(modes.MODE_LABEL)), False, reason=f"{err}; publishing no devices")
-    if not mode.dra:
-        label = mode.value if modes.MODE_LABEL in labels else f"{mode.value} (no label)"
-        return Serving(
-            mode.value,
-            False,
-            reason=f"node label {modes.MODE_LABEL}={label}: not a DRA mode (dra, dra-mps); publishing no "
-            "devices",
-        )
-    use_mps = mode is modes.Mode.DRA_MPS or force_mps
-    refused = mps.refusal(gpus) if use_mps else None
-    if refused is not None:
-        return Serving(mode.value, False, mps=True, reason=f"{refused}; publishing no devices")
-    return Serving(mode.value, True, mps=use_mps)
+    """The shared rule (core/nodeserving.py) with the driver's modes and words."""
+    return nodeserving.decide(nodeserving.DRA_DRIVER, labels, gpus, force_mps)
 
 
 class NodeMode:
@@ -67,7 +44,7 @@ class NodeMode:
             now = decide(labels, self.gpus, self.force_mps)
             changed, self.serving = now != self.serving, now
         if changed or not self.known.is_set():
-            if now.publish:
+            if now.serves:
                 log.info("node mode %s: publishing GPUs%s", now.mode, " with MPS" if now.mps else "")
             else:
                 log.warning("node mode %s: %s", now.mode, now.reason)
@@ -79,4 +56,4 @@ class NodeMode:
     def mps_dirs(self) -> mps.MpsDirs | None:
         """The MPS folders when prepared claims get MPS env and mounts; None otherwise."""
         serving = self.serving
-        return self.dirs if serving.mps and serving.publish else None
+        return self.dirs if serving.mps and serving.serves else None

@@ -83,7 +83,7 @@ class SlicePublisher:
             self._thread.join(timeout=10)
 
     def devices(self) -> list[dict[str, object]]:
-        if not self.mode.serving.publish:
+        if not self.mode.serving.serves:
             return []
         return draslice.devices_of(self.gpus, self.granularity, self._unhealthy)
 
