@@ -1,0 +1,216 @@
+"""Run the whole device plugin on this machine's real GPUs (NVML inventory, NVML health, NVML usage)
+against the API stand-in and the kubelet stand-in, and check what a node with these GPUs would get.
+
+It starts the plugin as the chart does but for the two stand-ins, then checks: the kubelet is sent one
+device per GiB of each GPU (its memory rounded down) and one whole card per GPU; the Node's status and annotation carry each GPU's
+count, memory, model and health as NVML reports them; a pod asking 2 GiB, bound by the extender's binder,
+is given its GPU's real UUID in NVIDIA_VISIBLE_DEVICES; while a child process holds `--allocate` MiB on
+every GPU through libcuda (bench/nvml_usage_probe.py), the plugin's `/usage` lists it with at least that
+memory ("not in a pod": it is in no pod's cgroup); the NVML health watcher keeps every GPU healthy.
+Prints each step and exits 1 on the first failed check, 2 when NVML is not usable here.
+
+    .venv/bin/python bench/deviceplugin_gpu.py [--allocate 256] [--fake-gpus 0:16 (no GPU: the checks
+        that need none)]
+
+Needs the repository's runtime dependencies (the .venv has them) and, for the real path, an NVIDIA driver.
+"""
+
+# ruff: noqa: E501  (report lines are kept whole)
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.standins.kubelet import Kubelet
+from webhook.core import annotations as ann
+from webhook.core import resources
+from webhook.devcluster.standin.apiserver import ApiServer
+from webhook.deviceplugin import app
+from webhook.deviceplugin.settings import DevicePluginSettings
+from webhook.extender.service import Extender
+from webhook.extender.settings import ExtenderSettings
+from webhook.extender.wire import BindingArgs
+
+NODE = "gpu-node"
+MIB_PER_GIB = 1024
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def check(ok: object, what: str) -> None:
+    print(f"  {'ok' if ok else 'FAILED'}: {what}")
+    if not ok:
+        raise CheckFailed(what)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return json.load(reply)
+
+
+def run(args: argparse.Namespace, root: Path) -> None:
+    apiserver = ApiServer(bookmark_interval=0.2).start()
+    kubelet = plugin = extender = child = None
+    try:
+        apiserver.add_node(NODE)
+        plugin_dir = root / "dp"
+        kubelet = Kubelet(plugin_dir, also=(resources.NVIDIA_GPU,)).start()
+        port = free_port()
+        settings = DevicePluginSettings(
+            node_name=NODE,
+            fake_gpus=args.fake_gpus,
+            api_host=apiserver.url,
+            device_plugin_dir=plugin_dir,
+            endpoint="gpushare.sock",
+            health_port=port,
+            usage_interval_s=1.0,
+            pod_resources_socket=None,
+        )
+        plugin = app.Plugin(settings).start()
+        gpus = plugin.state.gpus
+        print(f"{len(gpus)} GPU(s) from {'the fake inventory' if args.fake_gpus else 'NVML'}:")
+        for g in gpus:
+            print(
+                f"  GPU {g.index}: {g.model}, {g.memory_mib} MiB, compute capability {g.compute_capability or '?'}, {g.uuid}"
+            )
+        units = sum(g.memory_mib // MIB_PER_GIB for g in gpus)
+        kubelet.wait(lambda k: len(k.devices) == units, timeout=20)
+        check(len(kubelet.healthy()) == units, f"the kubelet was sent {units} healthy devices (one per GiB)")
+        cards = kubelet.resource(resources.NVIDIA_GPU)
+        cards.wait(lambda k: len(k.devices) == len(gpus), timeout=20)
+        check(len(cards.healthy()) == len(gpus), f"and {len(gpus)} whole cards ({resources.NVIDIA_GPU})")
+
+        def published() -> ann.NodeDevices | None:
+            raw = (
+                apiserver.get("nodes", NODE)["metadata"]
+                .get("annotations", {})
+                .get(resources.NODE_DEVICES_ANNOTATION)
+            )
+            return None if raw is None else ann.NodeDevices.from_json(raw)
+
+        devices = apiserver.wait_for(published, timeout=20, what="the node's device annotation")
+        node = apiserver.get("nodes", NODE)
+        print(
+            f"  node labels: {{{', '.join(f'{k}: {v}' for k, v in sorted(node['metadata'].get('labels', {}).items()) if 'accelerator' in k or 'gpushare' in k)}}}"
+        )
+        check(
+            node["status"]["capacity"].get(resources.GPU_COUNT) == str(len(gpus)),
+            f"node capacity {resources.GPU_COUNT} = {len(gpus)}",
+        )
+        check(
+            [(d.index, d.uuid, d.memory, d.healthy, d.model) for d in devices.devices]
+            == [(g.index, g.uuid, g.memory_mib // MIB_PER_GIB, True, g.model) for g in gpus],
+            "the node annotation lists every GPU with its UUID, GiB, model, healthy",
+        )
+
+        extender = Extender(ExtenderSettings(host="127.0.0.1", port=0), apiserver.api)
+        extender.start()
+        check(extender.wait_synced(), "the extender synced")
+        pod = apiserver.add_pod("gpu-pod", gpu_mem=[2])
+        error = extender.binder.bind(BindingArgs("gpu-pod", "default", pod["metadata"]["uid"], NODE))
+        check(error == "", f"the extender bound a 2 GiB pod to {NODE} ({error or 'no error'})")
+        placed = ann.decode(apiserver.get("pods", "gpu-pod", "default")["metadata"]["annotations"])
+        assert placed is not None
+        index = sorted(placed.allocation.for_container(0))[0]
+        envs = kubelet.admit(apiserver.get("pods", "gpu-pod", "default"))
+        print(f"  Allocate env: {envs}")
+        uuid = next(g.uuid for g in gpus if g.index == index)
+        check(
+            len(envs) == 1 and envs[0].get("NVIDIA_VISIBLE_DEVICES") == uuid,
+            f"Allocate gave GPU {index}'s UUID in NVIDIA_VISIBLE_DEVICES",
+        )
+
+        if args.allocate and not args.fake_gpus:
+            probe = Path(__file__).with_name("nvml_usage_probe.py")
+            seconds = 10
+            child = subprocess.Popen(
+                [
+                    sys.executable,
+                    str(probe),
+                    "--child",
+                    "--allocate",
+                    str(args.allocate),
+                    "--seconds",
+                    str(seconds),
+                ]
+            )
+            deadline = time.monotonic() + seconds - 1
+            want = args.allocate << 20  # bytes
+            report: Any = None
+            held = False
+            while time.monotonic() < deadline and not held:
+                time.sleep(1.0)
+                report = get_json(f"http://127.0.0.1:{port}/usage")
+                # The child is in no pod's cgroup: its memory is counted on no container, per GPU.
+                held = all(sum(g["unattributed"].values()) >= want for g in report["gpus"])
+            print(f"  /usage while the child ran: {json.dumps(report)[:1500]}")
+            check(
+                held, f"the plugin's /usage counted the child's {args.allocate} MiB on every GPU (in no pod)"
+            )
+            allocated = {g["index"]: g["allocatedBytes"] for g in report["gpus"]}
+            check(
+                allocated.get(index) == 2 * MIB_PER_GIB**3,
+                f"/usage: GPU {index} has the pod's 2 GiB allocated",
+            )
+        check(len(kubelet.healthy()) == units, "NVML health: every device still healthy")
+    finally:
+        for stop in (extender, plugin, kubelet, apiserver):
+            if stop is not None:
+                stop.stop()
+        if child is not None:
+            child.wait(timeout=30)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--allocate",
+        type=int,
+        default=256,
+        metavar="MIB",
+        help="MiB a child holds per GPU while /usage is read (0: none)",
+    )
+    parser.add_argument(
+        "--fake-gpus",
+        default="",
+        help="a fake inventory (e.g. 0:16,1:24) instead of NVML: the checks that need no GPU",
+    )
+    args = parser.parse_args()
+    if not args.fake_gpus:
+        try:
+            import pynvml  # noqa: PLC0415  (only here: the module needs the driver's library)
+
+            pynvml.nvmlInit()
+            pynvml.nvmlShutdown()
+        except Exception as err:  # no driver, no libnvidia-ml: nothing to check here
+            print(f"deviceplugin_gpu: NVML is not usable here ({err}); run it on a machine with NVIDIA GPUs")
+            return 2
+    with tempfile.TemporaryDirectory(prefix="dpgpu", dir="/tmp") as root:
+        try:
+            run(args, Path(root))
+        except CheckFailed:
+            return 1
+    print("OK: the plugin served this machine's GPUs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

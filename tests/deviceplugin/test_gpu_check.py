@@ -1,0 +1,25 @@
+"""bench/deviceplugin_gpu.py is what a session with a GPU runs (docs/device-plugin.md, "On a GPU"): its
+checks run here on a fake inventory, so the script still works the day a GPU is at hand."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "deviceplugin_gpu.py"
+
+
+def test_the_gpu_check_passes_on_a_fake_inventory():
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--fake-gpus", "0:16,1:24"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok: the kubelet was sent 40 healthy devices (one per GiB)" in done.stdout
+    assert "ok: and 2 whole cards (nvidia.com/gpu)" in done.stdout
+    assert "ok: Allocate gave GPU 0's UUID in NVIDIA_VISIBLE_DEVICES" in done.stdout
+    assert done.stdout.rstrip().endswith("OK: the plugin served this machine's GPUs")
