@@ -23,13 +23,15 @@ import json
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gpucheck
+from gpucheck import check
 
 from tests.standins.kubelet import Kubelet
 from webhook.core import annotations as ann
@@ -45,16 +47,6 @@ NODE = "gpu-node"
 MIB_PER_GIB = 1024
 
 
-class CheckFailed(Exception):
-    pass
-
-
-def check(ok: object, what: str) -> None:
-    print(f"  {'ok' if ok else 'FAILED'}: {what}")
-    if not ok:
-        raise CheckFailed(what)
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -66,7 +58,7 @@ def get_json(url: str) -> Any:
         return json.load(reply)
 
 
-def run(args: argparse.Namespace, root: Path) -> None:
+def run(args: argparse.Namespace, root: Path) -> str:
     apiserver = ApiServer(bookmark_interval=0.2).start()
     kubelet = plugin = extender = child = None
     try:
@@ -171,6 +163,7 @@ def run(args: argparse.Namespace, root: Path) -> None:
                 f"/usage: GPU {index} has the pod's 2 GiB allocated",
             )
         check(len(kubelet.healthy()) == units, "NVML health: every device still healthy")
+        return "OK: the plugin served this machine's GPUs"
     finally:
         for stop in (extender, plugin, kubelet, apiserver):
             if stop is not None:
@@ -193,23 +186,7 @@ def main() -> int:
         default="",
         help="a fake inventory (e.g. 0:16,1:24) instead of NVML: the checks that need no GPU",
     )
-    args = parser.parse_args()
-    if not args.fake_gpus:
-        try:
-            import pynvml  # noqa: PLC0415  (only here: the module needs the driver's library)
-
-            pynvml.nvmlInit()
-            pynvml.nvmlShutdown()
-        except Exception as err:  # no driver, no libnvidia-ml: nothing to check here
-            print(f"deviceplugin_gpu: NVML is not usable here ({err}); run it on a machine with NVIDIA GPUs")
-            return 2
-    with tempfile.TemporaryDirectory(prefix="dpgpu", dir="/tmp") as root:
-        try:
-            run(args, Path(root))
-        except CheckFailed:
-            return 1
-    print("OK: the plugin served this machine's GPUs")
-    return 0
+    return gpucheck.main("deviceplugin_gpu", parser.parse_args(), run)
 
 
 if __name__ == "__main__":

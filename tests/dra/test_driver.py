@@ -13,6 +13,7 @@ import pytest
 
 from tests.dra import kubelet
 from tests.dra.conftest import DRIVER, NODE, claim, result
+from tests.gpus.stoporder import StopOrder
 from webhook.core import cdi, draslice, modes, mps, resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import app
@@ -130,3 +131,10 @@ def test_a_dra_mps_node_of_gpus_older_than_volta_publishes_no_devices(apiserver,
     apiserver.edit("nodes", NODE, {"metadata": {"labels": {modes.MODE_LABEL: "dra-mps"}}})
     start(fake_gpus="0:16:Tesla P100:6.0")
     apiserver.wait_for(lambda: _devices(apiserver) == [], what="an empty slice")
+
+
+def test_stop_waits_for_the_health_watcher_before_nvml_shuts_down(start, monkeypatch):
+    order = StopOrder()
+    order.install(monkeypatch)
+    start().stop()
+    assert order.closed_after_watcher is True

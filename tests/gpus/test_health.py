@@ -113,3 +113,36 @@ def test_start_runs_the_watcher_in_its_daemon_thread_until_stopped():
     stop.set()
     thread.join(5)
     assert not thread.is_alive()
+
+
+class ShutDownNvml(FakeNvml):
+    """NVML shut down by the inventory while the watcher's last wait ran."""
+
+    NVML_ERROR_UNINITIALIZED = 1
+
+    def nvmlEventSetFree(self, events):  # noqa: N802
+        raise self.NVMLError(self.NVML_ERROR_UNINITIALIZED)
+
+
+def test_the_watcher_ends_quietly_when_nvml_was_shut_down_under_it():
+    stop = threading.Event()
+    stop.set()
+    # Raised from the thread, this was a traceback on the console of every stopping node (seen on an H200).
+    health.NvmlHealth(ShutDownNvml(), [devices.Gpu(0, "GPU-0", 1024)], wait_ms=1).run(stop, lambda u: None)
+
+
+def test_join_waits_for_the_watcher_to_end():
+    stop = threading.Event()
+    ended = threading.Event()
+
+    class Slow:
+        def run(self, stop, on_change):
+            stop.wait()
+            threading.Event().wait(0.2)  # its last NVML wait
+            ended.set()
+
+    thread = health.start(Slow(), stop, lambda unhealthy: None)
+    stop.set()
+    health.join(thread)
+    assert ended.is_set()
+    health.join(None)  # never started: nothing to wait for

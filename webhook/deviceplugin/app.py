@@ -161,6 +161,7 @@ class Plugin:
                 metrics=self.metrics,
             )
         self.health = health_watcher(settings, self.inventory)
+        self.health_thread: threading.Thread | None = None  # joined at stop, before NVML shuts down
         self.server = registration.PluginServer(
             self.service,
             registration.RegistrationSettings(
@@ -226,7 +227,7 @@ class Plugin:
         self.pod_watch.start()
         self.node_watch.start()
         self.publisher.start()
-        health.start(self.health, self.stop_event, self.state.set_unhealthy)
+        self.health_thread = health.start(self.health, self.stop_event, self.state.set_unhealthy)
         # Serve only once the pods of this node are known, so the first Allocate finds them; the docs
         # promise exit 1 when the API cannot be reached, not a plugin that never matches a pod. The
         # node's labels first decide whether anything is advertised at all (its mode).
@@ -265,6 +266,7 @@ class Plugin:
         self.node_watch.stop()
         self.marker.join(5)
         self.marker.stop()
+        health.join(self.health_thread)
         close = getattr(self.inventory, "close", None)
         if close is not None:
             close()

@@ -126,6 +126,7 @@ class Driver:
             name=f"ResourceSlices of {settings.driver_name} on {settings.node_name}",
         )
         self.health = health.watcher(settings.health_file, self.inventory, settings.health_recovery_s)
+        self.health_thread: threading.Thread | None = None  # joined at stop, before NVML shuts down
         self.http: ThreadingHTTPServer | None = None
 
     def _add_services(self, srv: grpc.Server) -> None:
@@ -174,7 +175,7 @@ class Driver:
             )
         self.publisher.start()
         self.slice_watch.start()
-        health.start(self.health, self.stop_event, self._health_changed)
+        self.health_thread = health.start(self.health, self.stop_event, self._health_changed)
         self.server.start()
         return self
 
@@ -192,6 +193,7 @@ class Driver:
         self.publisher.stop()
         self.slice_watch.stop()
         self.node_watch.stop()
+        health.join(self.health_thread)
         close = getattr(self.inventory, "close", None)
         if close is not None:
             close()

@@ -112,7 +112,10 @@ class NvmlHealth:
                     unhealthy = now
                     on_change(now)
         finally:
-            nvml.nvmlEventSetFree(events)
+            try:
+                nvml.nvmlEventSetFree(events)
+            except nvml.NVMLError as err:  # NVML already shut down (a stop that did not wait for us)
+                log.debug("NVML event set not freed: %s", err)
 
     def _wait_event(self, events: Any, by_uuid: dict[str, int]) -> None:
         nvml = self.nvml
@@ -169,3 +172,10 @@ def start(source: HealthWatcher, stop: threading.Event, on_change: OnChange) -> 
     thread = threading.Thread(target=source.run, args=(stop, on_change), name="gpu-health", daemon=True)
     thread.start()
     return thread
+
+
+def join(thread: threading.Thread | None, timeout_s: float = 5.0) -> None:
+    """Wait for a watcher `start` began to end once its stop event is set: its NVML event set must be
+    freed before the inventory shuts NVML down (else the free fails on a stopping node)."""
+    if thread is not None:
+        thread.join(timeout_s)
