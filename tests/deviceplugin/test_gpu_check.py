@@ -23,3 +23,12 @@ def test_the_gpu_check_passes_on_a_fake_inventory():
     assert "ok: and 2 whole cards (nvidia.com/gpu)" in done.stdout
     assert "ok: Allocate gave GPU 0's UUID in NVIDIA_VISIBLE_DEVICES" in done.stdout
     assert done.stdout.rstrip().endswith("OK: the plugin served this machine's GPUs")
+
+
+def test_the_mps_check_loads():
+    # It needs a GPU and an MPS daemon (docs/modes.md); here: that it imports and parses its flags.
+    script = SCRIPT.with_name("mps_gpu.py")
+    done = subprocess.run(
+        [sys.executable, str(script), "--help"], check=False, capture_output=True, text=True
+    )
+    assert done.returncode == 0 and "--share-gib" in done.stdout, done.stderr
