@@ -3,8 +3,9 @@ limits its GPU memory under a real MPS control daemon on this machine's first GP
 
 It starts `nvidia-cuda-mps-control -d` with its own pipe and log folders, then runs a CUDA child
 (bench/nvml_usage_probe.py's, through libcuda) with the env of a container holding a 2 GiB share: one that
-allocates 1 GiB must run, one that allocates 3 GiB must be refused by MPS, and get it without the limit.
-Stops the daemon. Exits 1 when a check fails, 2 when there is no GPU; says so when there is no daemon.
+allocates 1 GiB must run, one that allocates 3 GiB must be refused by MPS, and get it without the limit;
+a client given 10% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) must write memory slower than one given
+100%. Stops the daemon. Exits 1 when a check fails, 2 when there is no GPU; says so when there is no daemon.
 
     .venv/bin/python bench/mps_gpu.py [--share-gib 2]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,11 +40,16 @@ def _daemon() -> str | None:
     )
 
 
-def _child(env: dict[str, str], mib: int) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, str(PROBE), "--child", "--allocate", str(mib), "--seconds", "1"]
+def _child(env: dict[str, str], mib: int, seconds: int = 1) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(PROBE), "--child", "--allocate", str(mib), "--seconds", str(seconds)]
     return subprocess.run(
         command, env={**os.environ, **env}, check=False, capture_output=True, text=True, timeout=120
     )
+
+
+def _rate(done: subprocess.CompletedProcess[str]) -> float:
+    found = re.search(r"memset ([0-9.]+) GB/s", done.stdout)
+    return float(found.group(1)) if found and done.returncode == 0 else 0.0
 
 
 def run(args: argparse.Namespace, root: Path) -> str:
@@ -78,6 +85,15 @@ def run(args: argparse.Namespace, root: Path) -> str:
         check(
             control.returncode == 0,
             f"and the same client without {mps.ENV_MEM_LIMIT} gets it: the limit refused it",
+        )
+        rates = {
+            percent: _rate(_child({**env, mps.ENV_THREAD_PERCENTAGE: str(percent)}, 1024, 3))
+            for percent in (100, 10)
+        }
+        print(f"  memset by CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: {rates} GB/s")
+        check(
+            rates[10] < 0.7 * rates[100],
+            "a client given 10% of the SMs writes memory slower than one given 100%",
         )
         log = Path(dirs.log) / "control.log"
         print(f"  control.log: {log.read_text()[-600:] if log.exists() else '(none)'}")

@@ -53,12 +53,17 @@ def child(allocate_mib: int, seconds: float) -> int:
         check(cuda.cuMemAlloc_v2(ctypes.byref(pointer), ctypes.c_size_t(allocate_mib * MIB)), "cuMemAlloc")
         held.append((context, pointer))
     print(f"probe child {os.getpid()}: holding {allocate_mib} MiB on {count.value} GPU(s)", flush=True)
-    deadline = time.monotonic() + seconds
+    started = time.monotonic()
+    deadline, rounds = started + seconds, 0
     while time.monotonic() < deadline:
         for context, pointer in held:  # memset kernels: SM time the per-process samples can show
             check(cuda.cuCtxSetCurrent(context), "cuCtxSetCurrent")
             check(cuda.cuMemsetD8_v2(pointer, 0x5A, ctypes.c_size_t(allocate_mib * MIB)), "cuMemsetD8")
         check(cuda.cuCtxSynchronize(), "cuCtxSynchronize")
+        rounds += 1
+    # What the memsets wrote per second: bench/mps_gpu.py compares it under an MPS thread percentage.
+    rate = rounds * len(held) * allocate_mib * MIB / (time.monotonic() - started) / 1e9
+    print(f"probe child {os.getpid()}: memset {rate:.1f} GB/s", flush=True)
     return 0
 
 
