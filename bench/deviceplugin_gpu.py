@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ import gpucheck
 from gpucheck import check
 
 from tests.standins.kubelet import Kubelet
+from tests.standins.loopback import free_port
 from webhook.core import annotations as ann
 from webhook.core import modes, overshare, resources
 from webhook.devcluster.standin.apiserver import ApiServer
@@ -49,12 +49,6 @@ from webhook.extender.wire import BindingArgs
 NODE = "gpu-node"
 MIB_PER_GIB = 1024
 CID = "5f2c9a0e4b7d1c3a8e6f0b2d4c6a8e0f1b3d5c7a9e1f3b5d7c9a1e3f5b7d9c1a"  # a container ID
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def get_json(url: str) -> Any:
