@@ -38,7 +38,7 @@ from gpucheck import check
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port
 from webhook.core import annotations as ann
-from webhook.core import modes, overshare, resources
+from webhook.core import devices, modes, overshare, resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
@@ -47,7 +47,6 @@ from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs
 
 NODE = "gpu-node"
-MIB_PER_GIB = 1024
 CID = "5f2c9a0e4b7d1c3a8e6f0b2d4c6a8e0f1b3d5c7a9e1f3b5d7c9a1e3f5b7d9c1a"  # a container ID
 
 
@@ -125,12 +124,8 @@ def run(args: argparse.Namespace, root: Path) -> str:
         )
         plugin = app.Plugin(settings).start()
         gpus = plugin.state.gpus
-        print(f"{len(gpus)} GPU(s) from {'the fake inventory' if args.fake_gpus else 'NVML'}:")
-        for g in gpus:
-            print(
-                f"  GPU {g.index}: {g.model}, {g.memory_mib} MiB, compute capability {g.compute_capability or '?'}, {g.uuid}"
-            )
-        units = sum(g.memory_mib // MIB_PER_GIB for g in gpus)
+        gpucheck.show_gpus(gpus, "the fake inventory" if args.fake_gpus else "NVML")
+        units = sum(g.memory_mib // devices.MIB_PER_GIB for g in gpus)
         kubelet.wait(lambda k: len(k.devices) == units, timeout=20)
         check(len(kubelet.healthy()) == units, f"the kubelet was sent {units} healthy devices (one per GiB)")
         cards = kubelet.resource(resources.NVIDIA_GPU)
@@ -145,7 +140,7 @@ def run(args: argparse.Namespace, root: Path) -> str:
             )
             return None if raw is None else ann.NodeDevices.from_json(raw)
 
-        devices = apiserver.wait_for(published, timeout=20, what="the node's device annotation")
+        annotated = apiserver.wait_for(published, timeout=20, what="the node's device annotation")
         node = apiserver.get("nodes", NODE)
         print(
             f"  node labels: {{{', '.join(f'{k}: {v}' for k, v in sorted(node['metadata'].get('labels', {}).items()) if 'accelerator' in k or 'gpushare' in k)}}}"
@@ -155,8 +150,8 @@ def run(args: argparse.Namespace, root: Path) -> str:
             f"node capacity {resources.GPU_COUNT} = {len(gpus)}",
         )
         check(
-            [(d.index, d.uuid, d.memory, d.healthy, d.model) for d in devices.devices]
-            == [(g.index, g.uuid, g.memory_mib // MIB_PER_GIB, True, g.model) for g in gpus],
+            [(d.index, d.uuid, d.memory, d.healthy, d.model) for d in annotated.devices]
+            == [(g.index, g.uuid, g.memory_mib // devices.MIB_PER_GIB, True, g.model) for g in gpus],
             "the node annotation lists every GPU with its UUID, GiB, model, healthy",
         )
 
@@ -203,7 +198,8 @@ def main() -> int:
         default="",
         help="a fake inventory (e.g. 0:16,1:24) instead of NVML: the checks that need no GPU",
     )
-    return gpucheck.main("deviceplugin_gpu", parser.parse_args(), run)
+    args = parser.parse_args()
+    return gpucheck.main("deviceplugin_gpu", args, run, fake=bool(args.fake_gpus))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ exits 1 on the first failed check, 2 when NVML is not usable here.
     .venv/bin/python bench/dra_gpu.py [--fake-gpus 0:16:NVIDIA-A100:8.0 (no GPU: the checks that need none)]
 """
 
-# ruff: noqa: E501  (report lines are kept whole)
 from __future__ import annotations
 
 import argparse
@@ -27,13 +26,12 @@ from gpucheck import check
 
 from tests.dra import kubelet
 from tests.dra.conftest import claim, result
-from webhook.core import cdi, draslice, modes, mps, resources
+from webhook.core import cdi, devices, draslice, modes, mps, resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import app
 from webhook.dra.settings import DraSettings
 
 NODE = "gpu-node"
-MIB_PER_GIB = 1024
 
 
 def run(args: argparse.Namespace, root: Path) -> str:
@@ -52,11 +50,7 @@ def run(args: argparse.Namespace, root: Path) -> str:
         )
         driver = app.Driver(settings).start()
         gpus = sorted(driver.mode.gpus, key=lambda g: g.index)
-        print(f"{len(gpus)} GPU(s) from {'the fake inventory' if args.fake_gpus else 'NVML'}:")
-        for g in gpus:
-            print(
-                f"  GPU {g.index}: {g.model}, {g.memory_mib} MiB, compute capability {g.compute_capability or '?'}, {g.uuid}"
-            )
+        gpucheck.show_gpus(gpus, "the fake inventory" if args.fake_gpus else "NVML")
         name = draslice.slice_name(NODE, settings.driver_name)
 
         def listed() -> tuple[list[dict[str, Any]]] | None:
@@ -64,18 +58,18 @@ def run(args: argparse.Namespace, root: Path) -> str:
             return None if found is None else (list(found["spec"]["devices"]),)
 
         refused = mps.refusal(gpus)
-        devices = apiserver.wait_for(listed, timeout=20, what="the ResourceSlice")[0]
+        listed_devices = apiserver.wait_for(listed, timeout=20, what="the ResourceSlice")[0]
         if refused is not None:
-            check(devices == [], f"mode dra-mps on GPUs MPS cannot use publishes nothing ({refused})")
+            check(listed_devices == [], f"mode dra-mps on GPUs MPS cannot use publishes nothing ({refused})")
             return "OK: the DRA driver refused MPS on these GPUs, as it must"
-        print(f"  slice devices: {json.dumps(devices)[:900]}")
+        print(f"  slice devices: {json.dumps(listed_devices)[:900]}")
         check(
-            [d["name"] for d in devices] == [draslice.device_name(g.index) for g in gpus],
+            [d["name"] for d in listed_devices] == [draslice.device_name(g.index) for g in gpus],
             "one device per GPU",
         )
         check(
-            [(d["attributes"]["uuid"]["string"], d["capacity"]["memory"]["value"]) for d in devices]
-            == [(g.uuid, f"{g.memory_mib // MIB_PER_GIB}Gi") for g in gpus],
+            [(d["attributes"]["uuid"]["string"], d["capacity"]["memory"]["value"]) for d in listed_devices]
+            == [(g.uuid, f"{g.memory_mib // devices.MIB_PER_GIB}Gi") for g in gpus],
             "each with its UUID and its memory in whole GiB as consumable capacity",
         )
         info = kubelet.register(settings.registration_socket)
@@ -111,7 +105,8 @@ def main() -> int:
     parser.add_argument(
         "--fake-gpus", default="", help="a fake inventory (e.g. 0:16:NVIDIA-A100:8.0) instead of NVML"
     )
-    return gpucheck.main("dra_gpu", parser.parse_args(), run)
+    args = parser.parse_args()
+    return gpucheck.main("dra_gpu", args, run, fake=bool(args.fake_gpus))
 
 
 if __name__ == "__main__":

@@ -1,22 +1,36 @@
-"""What bench/deviceplugin_gpu.py and bench/dra_gpu.py share: a check that prints and stops the run, and
-the run itself: NVML usable (unless a fake inventory is named), a scratch folder, the exit status."""
+"""What the GPU check scripts (bench/deviceplugin_gpu.py, dra_gpu.py, mps_gpu.py) share: a check that
+prints and stops the run, the GPUs shown, and the run itself: NVML usable (unless a fake inventory is
+named), a scratch folder, the exit status."""
 
 from __future__ import annotations
 
 import argparse
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from webhook.core import devices
 
 
 class CheckFailed(Exception):
     pass
 
 
+class NotHere(Exception):
+    """What the check needs is not on this machine (exit 2, as without NVML)."""
+
+
 def check(ok: object, what: str) -> None:
     print(f"  {'ok' if ok else 'FAILED'}: {what}")
     if not ok:
         raise CheckFailed(what)
+
+
+def show_gpus(gpus: Sequence[devices.Gpu], source: str = "NVML") -> None:
+    print(f"{len(gpus)} GPU(s) from {source}:")
+    for g in gpus:
+        capability = g.compute_capability or "?"
+        print(f"  GPU {g.index}: {g.model}, {g.memory_mib} MiB, compute capability {capability}, {g.uuid}")
 
 
 def nvml_missing() -> str:
@@ -31,9 +45,12 @@ def nvml_missing() -> str:
     return ""
 
 
-def main(name: str, args: argparse.Namespace, run: Callable[[argparse.Namespace, Path], str]) -> int:
-    """`run(args, scratch folder)` and print its last line: 0, 1 on a failed check, 2 without NVML."""
-    if not args.fake_gpus and (why := nvml_missing()):
+def main(
+    name: str, args: argparse.Namespace, run: Callable[[argparse.Namespace, Path], str], *, fake: bool = False
+) -> int:
+    """`run(args, scratch folder)` and print its last line: 0, 1 on a failed check, 2 without NVML (unless
+    `fake`: a fake inventory needs none) or without what the check needs (NotHere)."""
+    if not fake and (why := nvml_missing()):
         print(f"{name}: NVML is not usable here ({why}); run it on a machine with NVIDIA GPUs")
         return 2
     with tempfile.TemporaryDirectory(prefix=name, dir="/tmp") as root:
@@ -41,4 +58,7 @@ def main(name: str, args: argparse.Namespace, run: Callable[[argparse.Namespace,
             print(run(args, Path(root)))
         except CheckFailed:
             return 1
+        except NotHere as err:
+            print(f"{name}: {err}")
+            return 2
     return 0

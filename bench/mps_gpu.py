@@ -5,7 +5,7 @@ It starts `nvidia-cuda-mps-control -d` with its own pipe and log folders, then r
 (bench/nvml_usage_probe.py's, through libcuda) with the env of a container holding a 2 GiB share: one that
 allocates 1 GiB must run, one that allocates 3 GiB must be refused by MPS, and get it without the limit;
 a client given 10% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) must write memory slower than one given
-100%. Stops the daemon. Exits 1 when a check fails, 2 when there is no GPU; says so when there is no daemon.
+100%. Stops the daemon. Exits 1 when a check fails, 2 when there is no GPU or no MPS daemon.
 
     .venv/bin/python bench/mps_gpu.py [--share-gib 2]
 """
@@ -55,7 +55,7 @@ def _rate(done: subprocess.CompletedProcess[str]) -> float:
 def run(args: argparse.Namespace, root: Path) -> str:
     daemon = _daemon()
     if daemon is None:
-        return f"no {DAEMON} here: nothing checked"
+        raise gpucheck.NotHere(f"no {DAEMON} here: nothing checked")
     dirs = mps.MpsDirs(str(root / "pipe"), str(root / "log"))
     for folder in (dirs.pipe, dirs.log):
         Path(folder).mkdir()
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace, root: Path) -> str:
         }
         print(f"  memset by CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: {rates} GB/s")
         check(
-            rates[10] < 0.7 * rates[100],
+            0 < rates[10] < 0.7 * rates[100],
             "a client given 10% of the SMs writes memory slower than one given 100%",
         )
         log = Path(dirs.log) / "control.log"
@@ -109,7 +109,6 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--share-gib", type=int, default=2, help="the share's size (GiB, at least 2)")
     args = parser.parse_args()
-    args.fake_gpus = ""
     if args.share_gib < 2:
         parser.error("--share-gib: at least 2")
     return gpucheck.main("mps_gpu", args, run)

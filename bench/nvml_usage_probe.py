@@ -27,6 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpucheck import show_gpus
+
 from webhook.gpus.cgroupreader import CgroupReader
 from webhook.gpus.inventory import NvmlInventory
 from webhook.gpus.nvmlusage import NvmlUsage
@@ -87,11 +89,7 @@ def main() -> int:
         print(f"nvml_usage_probe: NVML is not usable here ({err}); run it on a machine with NVIDIA GPUs")
         return 2
     gpus = inventory.gpus()
-    print(f"NVML driver {_text(pynvml.nvmlSystemGetDriverVersion())}, nvidia-ml-py, {len(gpus)} GPU(s)")
-    for g in gpus:
-        print(
-            f"  GPU {g.index}: {g.model}, {g.memory_mib} MiB, compute capability {g.compute_capability or '?'}, {g.uuid}"
-        )
+    show_gpus(gpus, f"NVML, driver {_text(pynvml.nvmlSystemGetDriverVersion())}")
     source = NvmlUsage(pynvml, gpus)
     before = {p.pid for s in source.sample() for p in s.processes}
     process = None
