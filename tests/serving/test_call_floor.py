@@ -1,0 +1,35 @@
+"""bench/call_floor.py measures what one call costs our servers before any work (docs/extender.md,
+"Speed"): it runs here briefly, so the script keeps working."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "call_floor.py"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args], check=False, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_both_servers_answer_and_their_cost_per_call_is_measured():
+    done = _run("--calls", "500", "--rates", "1000,2000")  # ~10 ms of CPU each: ticks of /proc
+    assert done.returncode == 0, done.stdout + done.stderr
+    for kind in ("uvicorn", "granian"):
+        line = next(line for line in done.stdout.splitlines() if line.strip().startswith(kind))
+        costs = [int(c) for c in re.findall(r"/s\s+(\d+) µs", line)]
+        assert len(costs) == 2, line
+        assert all(cost > 0 for cost in costs), line  # the server's own CPU, read from /proc
+
+
+def test_bad_arguments_are_refused_with_a_message():
+    for args in (("--servers", "nginx"), ("--rates", "fast"), ("--rates", "0"), ("--calls", "0")):
+        done = _run(*args)
+        assert done.returncode == 2, args
+        assert "--servers takes uvicorn, granian" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
