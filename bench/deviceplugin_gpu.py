@@ -195,6 +195,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--fake-gpus",
+        type=gpucheck.fake_gpus,
         default="",
         help="a fake inventory (e.g. 0:16,1:24) instead of NVML: the checks that need no GPU",
     )

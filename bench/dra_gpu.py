@@ -103,7 +103,10 @@ def run(args: argparse.Namespace, root: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--fake-gpus", default="", help="a fake inventory (e.g. 0:16:NVIDIA-A100:8.0) instead of NVML"
+        "--fake-gpus",
+        type=gpucheck.fake_gpus,
+        default="",
+        help="a fake inventory (e.g. 0:16:NVIDIA-A100:8.0) instead of NVML",
     )
     args = parser.parse_args()
     return gpucheck.main("dra_gpu", args, run, fake=bool(args.fake_gpus))

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from webhook.core import devices
+from webhook.gpus import inventory
 
 
 class CheckFailed(Exception):
@@ -24,6 +25,17 @@ def check(ok: object, what: str) -> None:
     print(f"  {'ok' if ok else 'FAILED'}: {what}")
     if not ok:
         raise CheckFailed(what)
+
+
+def fake_gpus(spec: str) -> str:
+    """argparse's type for --fake-gpus: the spec as given, checked by the inventory's own parser, so a
+    malformed one is a usage error rather than the plugin's or driver's StartError."""
+    if spec:
+        try:
+            inventory.parse_fake_gpus(spec)
+        except inventory.InventoryError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+    return spec
 
 
 def show_gpus(gpus: Sequence[devices.Gpu], source: str = "NVML") -> None:

@@ -32,3 +32,18 @@ def test_the_mps_check_loads():
         [sys.executable, str(script), "--help"], check=False, capture_output=True, text=True
     )
     assert done.returncode == 0 and "--share-gib" in done.stdout, done.stderr
+
+
+def test_a_malformed_fake_inventory_is_a_usage_error():
+    # The inventory's own parser judges it, and says why in one line: not the plugin's StartError.
+    for script in (SCRIPT, SCRIPT.with_name("dra_gpu.py")):
+        done = subprocess.run(
+            [sys.executable, str(script), "--fake-gpus", "0:x"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "memory 'x' must be a positive whole number of GiB" in done.stderr
+        assert "Traceback" not in done.stderr
