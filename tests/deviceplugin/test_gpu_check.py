@@ -10,14 +10,14 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "deviceplugin_gpu.py"
 
 
-def test_the_gpu_check_passes_on_a_fake_inventory():
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--fake-gpus", "0:16,1:24"],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(script), *args], check=False, capture_output=True, text=True, timeout=120
     )
+
+
+def test_the_gpu_check_passes_on_a_fake_inventory():
+    done = _run(SCRIPT, "--fake-gpus", "0:16,1:24")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ok: the kubelet was sent 40 healthy devices (one per GiB)" in done.stdout
     assert "ok: and 2 whole cards (nvidia.com/gpu)" in done.stdout
@@ -27,23 +27,14 @@ def test_the_gpu_check_passes_on_a_fake_inventory():
 
 def test_the_mps_check_loads():
     # It needs a GPU and an MPS daemon (docs/modes.md); here: that it imports and parses its flags.
-    script = SCRIPT.with_name("mps_gpu.py")
-    done = subprocess.run(
-        [sys.executable, str(script), "--help"], check=False, capture_output=True, text=True
-    )
+    done = _run(SCRIPT.with_name("mps_gpu.py"), "--help")
     assert done.returncode == 0 and "--share-gib" in done.stdout, done.stderr
 
 
 def test_a_malformed_fake_inventory_is_a_usage_error():
     # The inventory's own parser judges it, and says why in one line: not the plugin's StartError.
     for script in (SCRIPT, SCRIPT.with_name("dra_gpu.py")):
-        done = subprocess.run(
-            [sys.executable, str(script), "--fake-gpus", "0:x"],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = _run(script, "--fake-gpus", "0:x")
         assert done.returncode == 2, done.stdout + done.stderr
         assert "memory 'x' must be a positive whole number of GiB" in done.stderr
         assert "Traceback" not in done.stderr
