@@ -224,6 +224,8 @@ def test_wrong_method_is_405(harness):
 def test_filter_refuses_a_unit_suffix_in_the_unit_the_extender_counts_in():
     # "3Gi" would be read as 3,221,225,472 units and the pod would wait forever: refused, with the fix.
     cache = Cache(unit="MiB")
+    cache.nodes_resync([])
+    cache.pods_resync([])
     p = pod("a", 1)
     p["spec"]["containers"][0]["resources"]["limits"]["aliyun.com/gpu-mem"] = "3Gi"
     result = scheduling.filter_nodes(

@@ -16,10 +16,9 @@ import pytest
 from tests.extender.factory import FakeApi, node, pod
 from webhook.core import allocator
 from webhook.extender import app as app_mod
-from webhook.extender import binder as binder_mod
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
-from webhook.extender.cache import ADDED, MODIFIED, Cache
+from webhook.extender.cache import ADDED, MODIFIED, NOT_SYNCED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving.server import AppServer, ServeOptions
 
@@ -49,11 +48,28 @@ def test_no_bind_before_the_pods_are_listed_then_the_running_pods_count():
     api.add(running)
     api.add(new)
     binder = binder_for(cache, api)
-    assert bind(binder, new) == binder_mod.NOT_SYNCED
+    assert bind(binder, new) == NOT_SYNCED
     assert api.bound == [] and cache.assumed() == {}
     cache.pods_resync([running, new])
     assert bind(binder, new) == "node n1: largest free GPU has 4 GiB, pod needs 12"
     assert used(cache) == [12]
+
+
+def test_no_filter_before_the_pods_are_listed_kube_scheduler_retries_the_pod():
+    # Before the pod list, n1 looks empty (the running pod uncounted): no node passes and none fails,
+    # the answer is an Error, which kube-scheduler retries after its backoff.
+    cache = Cache()
+    cache.nodes_resync([node("n1", 16)])
+    running = pod("running", 12, node_name="n1", placed={0: {0: 12}}, phase="Running")
+    new = pod("new", 12)
+    args = wire.extender_args({"Pod": new, "NodeNames": ["n1"]})
+    policy = ExtenderSettings().default_policy
+    assert scheduling.filter_nodes(cache, args, policy) == wire.filter_error(NOT_SYNCED)
+    assert cache.nominated() == {}
+    cache.pods_resync([running, new])
+    result = scheduling.filter_nodes(cache, args, policy)
+    assert result["Error"] == "" and result["NodeNames"] == []
+    assert (result["FailedNodes"] or {})["n1"] == "largest free GPU has 4 GiB, pod needs 12"
 
 
 @pytest.mark.parametrize(("app", "init"), [((2,), 14), ((0,), 4)], ids=["more-than-the-app", "app-asks-none"])

@@ -32,9 +32,6 @@ from webhook.kube import errors
 
 log = logging.getLogger(__name__)
 
-NOT_SYNCED = "the gpushare extender has not yet listed the cluster's nodes and pods (it is starting); retry"
-
-
 # Picks the pod's GPU(s) from a node's GPUs (with their use) in the node's unit: the allocator's fit for
 # shares, wholecards.fit for whole cards. Both reserve and annotate through the same path.
 _Choose = Callable[[Sequence[accounting.Gpu], str], allocator.Fit | allocator.NoFit]
@@ -111,7 +108,7 @@ class Binder:
         if not self.cache.synced():
             # Its ledgers would miss the pods already running: a bind now could over-commit a GPU. A
             # follower forwards binds to the leader whatever the leader's readiness says.
-            return NOT_SYNCED
+            return cache_mod.NOT_SYNCED
         record = self.cache.pod(args.key)
         if record is None or (args.pod_uid and record.uid != args.pod_uid):
             # Not yet seen by the watch (or an older pod of the same name): one GET, never a list.

@@ -23,6 +23,7 @@ from webhook.extender.records import PodRecord, record_of
 from webhook.extender.summaries import Summaries
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
+NOT_SYNCED = "the gpushare extender has not yet listed the cluster's nodes and pods (it is starting); retry"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,7 @@ class Cache:
         self.nodes_synced.set()
 
     def synced(self) -> bool:
-        """Whether the first lists of nodes and pods are in: before, the ledgers miss the pods running."""
+        """Whether the first lists of nodes and pods are in (before, filter and bind answer NOT_SYNCED)."""
         return self.nodes_synced.is_set() and self.pods_synced.is_set()
 
     def knows_node(self, name: str) -> bool:

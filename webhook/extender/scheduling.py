@@ -16,7 +16,7 @@ from typing import Any
 from webhook.core import accounting, allocator, demand, modes, ranking, wholecards
 from webhook.extender import records, wire
 from webhook.extender import wholecards as whole
-from webhook.extender.cache import Cache
+from webhook.extender.cache import NOT_SYNCED, Cache
 
 UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
 PASS, FAIL, UNRESOLVABLE = "pass", "fail", "unresolvable"
@@ -25,6 +25,11 @@ PASS, FAIL, UNRESOLVABLE = "pass", "fail", "unresolvable"
 def filter_nodes(
     cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy, best_fit: bool = True
 ) -> wire.FilterResult:
+    if not cache.synced():
+        # Every node would look emptier than it is, or unknown. An Error sends the pod to kube-scheduler's
+        # backoff (retried within seconds); failing every node would park it as unschedulable until
+        # some cluster event moves it (minutes, in a quiet cluster).
+        return wire.filter_error(NOT_SYNCED)
     # Whatever this pod asks: a stale nomination would otherwise hold its memory against it, and against
     # every pod after it, until some other filter nominates or some bind arrives.
     cache.expire_nominations(time.time_ns())
