@@ -56,8 +56,8 @@ def test_no_bind_before_the_pods_are_listed_then_the_running_pods_count():
 
 
 def test_no_filter_before_the_pods_are_listed_kube_scheduler_retries_the_pod():
-    # Before the pod list, n1 looks empty (the running pod uncounted): no node passes and none fails,
-    # the answer is an Error, which kube-scheduler retries after its backoff.
+    # Before the pod list n1 looks empty (the running pod uncounted) and would pass: no node passes and
+    # none fails (no fit error to preempt on), the answer is an Error kube-scheduler retries after backoff.
     cache = Cache()
     cache.nodes_resync([node("n1", 16)])
     running = pod("running", 12, node_name="n1", placed={0: {0: 12}}, phase="Running")

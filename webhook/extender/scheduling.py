@@ -26,9 +26,9 @@ def filter_nodes(
     cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.Policy, best_fit: bool = True
 ) -> wire.FilterResult:
     if not cache.synced():
-        # Every node would look emptier than it is, or unknown. An Error sends the pod to kube-scheduler's
-        # backoff (retried within seconds); failing every node would park it as unschedulable until
-        # some cluster event moves it (minutes, in a quiet cluster).
+        # Every node would look emptier than it is (its running pods uncounted), or unknown: filter would
+        # pass nodes that bind then refuses, or fail them all, a fit error on which kube-scheduler may
+        # preempt pods. An Error is neither: kube-scheduler retries the pod after its backoff.
         return wire.filter_error(NOT_SYNCED)
     # Whatever this pod asks: a stale nomination would otherwise hold its memory against it, and against
     # every pod after it, until some other filter nominates or some bind arrives.
