@@ -30,9 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from admission import cpu_seconds
 from starlette.types import Receive, Scope, Send
 
-from webhook.core import certificates
 from webhook.devcluster.controlplane import free_port
-from webhook.serving.tls import TlsFiles
+from webhook.serving import tls
 
 SERVERS = ("uvicorn", "granian")
 BODY = b'{"Pod":{"metadata":{"name":"p"}},"NodeNames":["node-1"]}'
@@ -59,19 +58,15 @@ def serve(kind: str, port: int, cert_dir: Path) -> None:
     from webhook.serving.h2server import H2Server  # noqa: PLC0415  (the server process only)
     from webhook.serving.server import AppServer, ServeOptions  # noqa: PLC0415
 
-    options = ServeOptions(host="127.0.0.1", port=port, tls=TlsFiles.in_dir(cert_dir))
+    options = ServeOptions(host="127.0.0.1", port=port, tls=tls.TlsFiles.in_dir(cert_dir))
     (H2Server(trivial_app, options) if kind == "granian" else AppServer(trivial_app, options)).run()
 
 
 def write_pair(cert_dir: Path) -> ssl.SSLContext:
-    """A serving pair for 127.0.0.1 in `cert_dir`; a client context that trusts it."""
-    now = datetime.now(UTC)
-    ca = certificates.generate_ca("call-floor", now)
-    pair = certificates.generate_serving(ca, [], ["127.0.0.1"], now)
-    files = TlsFiles.in_dir(cert_dir)
-    files.cert.write_bytes(pair.cert_pem)
-    files.key.write_bytes(pair.key_pem)
-    return ssl.create_default_context(cadata=ca.cert_pem.decode("ascii"))
+    """The development pair for 127.0.0.1 in `cert_dir` (as `gpushare webhook` writes one); a client
+    context that trusts its CA."""
+    files = tls.write_cert_dir(cert_dir, datetime.now(UTC))
+    return ssl.create_default_context(cafile=str(files.ca_cert))
 
 
 @contextmanager

@@ -193,12 +193,7 @@ def main() -> int:
         metavar="MIB",
         help="MiB a child of the pod (share 1 GiB) holds per GPU while /usage is read (0: none)",
     )
-    parser.add_argument(
-        "--fake-gpus",
-        type=gpucheck.fake_gpus,
-        default="",
-        help="a fake inventory (e.g. 0:16,1:24) instead of NVML: the checks that need no GPU",
-    )
+    gpucheck.add_fake_gpus(parser, "0:16,1:24")
     args = parser.parse_args()
     return gpucheck.main("deviceplugin_gpu", args, run, fake=bool(args.fake_gpus))
 

@@ -102,12 +102,7 @@ def run(args: argparse.Namespace, root: Path) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--fake-gpus",
-        type=gpucheck.fake_gpus,
-        default="",
-        help="a fake inventory (e.g. 0:16:NVIDIA-A100:8.0) instead of NVML",
-    )
+    gpucheck.add_fake_gpus(parser, "0:16:NVIDIA-A100:8.0")
     args = parser.parse_args()
     return gpucheck.main("dra_gpu", args, run, fake=bool(args.fake_gpus))
 

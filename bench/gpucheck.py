@@ -27,15 +27,25 @@ def check(ok: object, what: str) -> None:
         raise CheckFailed(what)
 
 
-def fake_gpus(spec: str) -> str:
-    """argparse's type for --fake-gpus: the spec as given, checked by the inventory's own parser, so a
-    malformed one is a usage error rather than the plugin's or driver's StartError."""
-    if spec:
-        try:
-            inventory.parse_fake_gpus(spec)
-        except inventory.InventoryError as err:
-            raise argparse.ArgumentTypeError(str(err)) from None
-    return spec
+def add_fake_gpus(parser: argparse.ArgumentParser, example: str) -> None:
+    """--fake-gpus: a fake inventory (`example`) instead of NVML, for the checks that need no GPU. Checked
+    by the inventory's own parser, so a malformed one is a usage error rather than the plugin's or
+    driver's StartError; pass `fake=bool(args.fake_gpus)` to `main`."""
+
+    def spec(text: str) -> str:
+        if text:
+            try:
+                inventory.parse_fake_gpus(text)
+            except inventory.InventoryError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        return text
+
+    parser.add_argument(
+        "--fake-gpus",
+        type=spec,
+        default="",
+        help=f"a fake inventory (e.g. {example}) instead of NVML: the checks that need no GPU",
+    )
 
 
 def show_gpus(gpus: Sequence[devices.Gpu], source: str = "NVML") -> None:
