@@ -8,12 +8,19 @@ paced at each of `--rates` calls per second (kube-scheduler calls the extender t
 times a second at 230 pods/s, with gaps between them). The server's CPU per call comes from /proc: two
 calls are the least the extender can spend per pod, whatever it does with them.
 
-    .venv/bin/python bench/call_floor.py [--calls 3000] [--rates 100,460] [--servers uvicorn,granian]
+`bare` is the reference: no server framework at all, an asyncio protocol on uvloop that parses requests
+with httptools and runs the same app in a task per request, with no limits, timers or keep-alive
+bookkeeping; what any Python server pays here at the least. `--plain` drops TLS (not granian's: its
+HTTP/2 needs it) to show TLS's share.
+
+    .venv/bin/python bench/call_floor.py [--calls 3000] [--rates 100,460] [--servers uvicorn,granian,bare]
+                                         [--plain]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import ssl
 import subprocess
@@ -24,16 +31,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from admission import cpu_seconds
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from webhook.devcluster.controlplane import free_port
 from webhook.serving import tls
 
-SERVERS = ("uvicorn", "granian")
+SERVERS = ("uvicorn", "granian", "bare")
 BODY = b'{"Pod":{"metadata":{"name":"p"}},"NodeNames":["node-1"]}'
 
 
@@ -53,12 +61,80 @@ async def trivial_app(scope: Scope, receive: Receive, send: Send) -> None:
     await send({"type": "http.response.body", "body": answer})
 
 
-def serve(kind: str, port: int, cert_dir: Path) -> None:
+class BareProtocol(asyncio.Protocol):
+    """HTTP/1.1 keep-alive with nothing but httptools' parser: each whole request runs `trivial_app`
+    in a task of its own (as a server must, for an app that may wait) and its answer is written at once."""
+
+    def __init__(self) -> None:
+        import httptools  # noqa: PLC0415  (the server process only)
+
+        self.parser = httptools.HttpRequestParser(self)
+        self.url, self.headers, self.body = b"", list[tuple[bytes, bytes]](), list[bytes]()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's TLS transport is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        self.parser.feed_data(data)
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value))
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        method, path = self.parser.get_method().decode(), self.url.decode()
+        scope: Scope = {"type": "http", "http_version": "1.1", "method": method, "path": path}
+        scope.update(headers=self.headers, query_string=b"")
+        body = b"".join(self.body)
+        self.url, self.headers, self.body = b"", [], []
+        asyncio.get_running_loop().create_task(self.answer(scope, body))
+
+    async def answer(self, scope: Scope, body: bytes) -> None:
+        parts: list[bytes] = []
+
+        async def receive() -> Message:
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                parts.append(b"HTTP/1.1 %d OK\r\n" % message["status"])
+                parts.extend(b"%s: %s\r\n" % header for header in message["headers"])
+                parts.append(b"\r\n")
+            elif self.transport is not None:
+                self.transport.write(b"".join([*parts, message["body"]]))
+
+        await trivial_app(scope, receive, send)
+
+
+def serve_bare(port: int, cert_dir: Path | None) -> None:
+    import uvloop  # noqa: PLC0415  (the server process only)
+
+    async def run() -> None:
+        context = None
+        if cert_dir is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(cert_dir / "tls.crt", cert_dir / "tls.key")
+        server = await asyncio.get_running_loop().create_server(BareProtocol, "127.0.0.1", port, ssl=context)
+        await server.serve_forever()
+
+    uvloop.run(run())
+
+
+def serve(kind: str, port: int, cert_dir: Path, plain: bool) -> None:
     """Run in the server's own process: `kind` on 127.0.0.1:`port` until killed."""
     from webhook.serving.h2server import H2Server  # noqa: PLC0415  (the server process only)
     from webhook.serving.server import AppServer, ServeOptions  # noqa: PLC0415
 
-    options = ServeOptions(host="127.0.0.1", port=port, tls=tls.TlsFiles.in_dir(cert_dir))
+    if kind == "bare":
+        serve_bare(port, None if plain else cert_dir)
+        return
+    options = ServeOptions(host="127.0.0.1", port=port, tls=None if plain else tls.TlsFiles.in_dir(cert_dir))
     (H2Server(trivial_app, options) if kind == "granian" else AppServer(trivial_app, options)).run()
 
 
@@ -71,16 +147,21 @@ def write_pair(cert_dir: Path) -> ssl.SSLContext:
 
 @contextmanager
 def server(
-    kind: str, cert_dir: Path, context: ssl.SSLContext
-) -> Iterator[tuple[int, http.client.HTTPSConnection]]:
-    """The server's pid and a connection to it, once it answers."""
+    kind: str, cert_dir: Path, context: ssl.SSLContext | None
+) -> Iterator[tuple[int, http.client.HTTPConnection]]:
+    """The server's pid and a connection to it, once it answers (plain HTTP when `context` is None)."""
     port = free_port()
     command = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--cert-dir", str(cert_dir)]
+    command += ["--plain"] if context is None else []
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
         while True:
-            connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            connection = (
+                http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                if context is None
+                else http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            )
             try:
                 call(connection)
                 break
@@ -96,7 +177,7 @@ def server(
         process.wait()
 
 
-def call(connection: http.client.HTTPSConnection) -> None:
+def call(connection: http.client.HTTPConnection) -> None:
     connection.request("POST", "/filter", BODY, {"Content-Type": "application/json"})
     reply = connection.getresponse()
     reply.read()
@@ -104,7 +185,7 @@ def call(connection: http.client.HTTPSConnection) -> None:
         raise SystemExit(f"the server answered {reply.status}")
 
 
-def per_call_us(pid: int, connection: http.client.HTTPSConnection, calls: int, rate: float) -> float:
+def per_call_us(pid: int, connection: http.client.HTTPConnection, calls: int, rate: float) -> float:
     """The server's CPU per call in µs, `calls` one at a time, `rate` a second."""
     for _ in range(50):  # connection and code warm
         call(connection)
@@ -125,12 +206,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rates", default="100,460", help="calls per second, comma-separated")
     parser.add_argument("--servers", default=",".join(SERVERS), help="of: " + ", ".join(SERVERS))
+    parser.add_argument("--plain", action="store_true", help="plain HTTP (uvicorn and bare only)")
     parser.add_argument("--serve", choices=SERVERS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cert-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
-        serve(args.serve, args.port, args.cert_dir)
+        serve(args.serve, args.port, args.cert_dir, args.plain)
         return 0
     kinds = [k for k in args.servers.split(",") if k]
     try:
@@ -139,11 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         rates = []
     if set(kinds) - set(SERVERS) or not kinds or args.calls < 1 or not rates or min(rates) <= 0:
         parser.error(f"--servers takes {', '.join(SERVERS)}; --calls and --rates must be positive")
-    print(f"a trivial ASGI app over HTTPS, one call at a time, {args.calls} calls; server CPU per call:")
+    if args.plain and "granian" in kinds:
+        parser.error("granian serves HTTP/2 only over TLS: --plain takes --servers uvicorn,bare")
+    over = "HTTP" if args.plain else "HTTPS"
+    print(f"a trivial ASGI app over {over}, one call at a time, {args.calls} calls; server CPU per call:")
     with tempfile.TemporaryDirectory() as scratch:
         context = write_pair(Path(scratch))
         for kind in kinds:
-            with server(kind, Path(scratch), context) as (pid, connection):
+            with server(kind, Path(scratch), None if args.plain else context) as (pid, connection):
                 costs = [per_call_us(pid, connection, args.calls, rate) for rate in rates]
             shown = ";  ".join(f"{rate:g}/s {cost:4.0f} µs" for rate, cost in zip(rates, costs, strict=True))
             print(f"  {kind:8s} {shown}")

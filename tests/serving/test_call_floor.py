@@ -17,19 +17,33 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_both_servers_answer_and_their_cost_per_call_is_measured():
-    done = _run("--calls", "500", "--rates", "1000,2000")  # ~10 ms of CPU each: ticks of /proc
+def _costs(done: subprocess.CompletedProcess[str], kinds: tuple[str, ...]) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
-    for kind in ("uvicorn", "granian"):
+    assert "Traceback" not in done.stderr, done.stderr
+    for kind in kinds:
         line = next(line for line in done.stdout.splitlines() if line.strip().startswith(kind))
         costs = [int(c) for c in re.findall(r"/s\s+(\d+) µs", line)]
         assert len(costs) == 2, line
         assert all(cost > 0 for cost in costs), line  # the server's own CPU, read from /proc
 
 
+def test_every_server_answers_and_its_cost_per_call_is_measured():
+    # ~10 ms of CPU each: ticks of /proc
+    _costs(_run("--calls", "500", "--rates", "1000,2000"), ("uvicorn", "granian", "bare"))
+
+
+def test_plain_http_is_measured_for_the_servers_that_serve_it():
+    done = _run("--calls", "500", "--rates", "1000,2000", "--plain", "--servers", "uvicorn,bare")
+    _costs(done, ("uvicorn", "bare"))
+    assert "over HTTP," in done.stdout
+
+
 def test_bad_arguments_are_refused_with_a_message():
     for args in (("--servers", "nginx"), ("--rates", "fast"), ("--rates", "0"), ("--calls", "0")):
         done = _run(*args)
         assert done.returncode == 2, args
-        assert "--servers takes uvicorn, granian" in done.stderr, done.stderr
+        assert "--servers takes uvicorn, granian, bare" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
+    done = _run("--plain", "--servers", "granian")
+    assert done.returncode == 2
+    assert "granian serves HTTP/2 only over TLS" in done.stderr, done.stderr
