@@ -33,6 +33,7 @@ isolation:
   default: true
 excludedNamespaces: [kube-system, gpushare]
 schedulerName: gpushare-scheduler
+minShareMiB: 768
 dra: {shareClass: mem, wholeGpuClass: card, memoryStep: 512Mi, maxMemory: 141Gi}
 """
 
@@ -77,6 +78,7 @@ def test_every_config_key_is_read(tmp_path):
         ),
         scheduler_name="gpushare-scheduler",
         claims=claims.ClaimPolicy("mem", "card", 512 << 20, 141 << 30),
+        min_share_mib=768,
     )
     assert s.excluded_namespaces == {"kube-system", "gpushare"}
 
@@ -123,6 +125,10 @@ def test_quoted_and_unquoted_isolation_default_agree(tmp_path):
         ("serviceDns: a.svc\n", "serviceDns must be a list"),
         ("memoryUnit: GB\n", "memoryUnit: memory unit 'GB' is not GiB, MiB"),
         ("memoryUnit: 3\n", "memoryUnit must be a non-empty string"),
+        ("minShareMiB: -1\n", "minShareMiB must be a whole number of MiB, 0 or more"),
+        ("minShareMiB: 0.5\n", "minShareMiB must be a whole number of MiB"),
+        ("minShareMiB: '512'\n", "minShareMiB must be a whole number of MiB"),
+        ("minShareMiB: true\n", "minShareMiB must be a whole number of MiB"),
     ],
     ids=lambda v: v.strip().replace("\n", " ")[:40] if isinstance(v, str) else str(v),
 )
@@ -220,3 +226,14 @@ def test_the_rules_check_reads_name_the_file_and_the_server_keys_go_unchecked(tm
 def test_an_unknown_override_is_a_config_error():
     with pytest.raises(settings.ConfigError, match="unknown setting"):
         settings.build(overrides={"colour": "blue"})
+
+
+def test_small_shares_get_the_warning_of_the_config_files_least_share(tmp_path):
+    pod = samples.pod(samples.pod_spec(samples.container(limits={MEM: "256"})))
+    for text, warned in (("memoryUnit: MiB\n", True), ("memoryUnit: MiB\nminShareMiB: 0\n", False)):
+        policy = settings.build(settings.load_config(write(tmp_path, text))).policy
+        answer = review.review(samples.review(pod), "validate", review.Policy(rules=policy))
+        response = answer.review["response"]
+        assert response["allowed"] is True
+        assert ("warnings" in response) is warned, response
+    assert settings.build().policy.min_share_mib == 512

@@ -143,6 +143,19 @@ def test_webhook_config_file_loads_with_the_webhooks_own_loader(
     assert f"--cert-dir={mounts['tls']}" in container["args"]
 
 
+def test_the_least_share_value_reaches_the_webhooks_rules() -> None:
+    for values, least in (
+        ({}, 512),
+        ({"webhook": {"minShareMiB": 0}}, 0),
+        ({"webhook": {"minShareMiB": 1024}}, 1024),
+    ):
+        config_map = render.find(render.render(values), "ConfigMap", "-webhook")
+        config = yaml.safe_load(config_map["data"]["config.yaml"])
+        assert admission_settings.policy_from_config(config).min_share_mib == least
+    for bad in (-1, "512", 0.5):
+        assert "minShareMiB" in render.render_error({"webhook": {"minShareMiB": bad}})
+
+
 def test_scheduler_name_is_set_only_in_mode_b(tmp_path: Path) -> None:
     config_map = render.find(render.render(), "ConfigMap", "-webhook")
     assert "schedulerName" not in yaml.safe_load(config_map["data"]["config.yaml"])

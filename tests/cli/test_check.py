@@ -382,3 +382,23 @@ def test_pre_commit_hook_runs_gpushare_check_on_manifest_files() -> None:
         if files.search(p) and not exclude.search(p)
     ]
     assert picked == ["deploy/pod.yaml", "k8s/job.yml", "list.json"]
+
+
+def test_a_share_too_small_for_a_cuda_context_is_a_warning_as_the_webhook_gives_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "tiny.yaml"
+    manifest.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: tiny}\nspec:\n  containers:\n"
+        "  - {name: train, image: x, resources: {limits: {aliyun.com/gpu-mem: 256}}}\n"
+    )
+    code, out = run_json(capsys, "--memory-unit", "MiB", str(manifest))
+    assert code == report.CLEAN
+    [result] = out["results"]
+    assert result["warnings"] == [
+        'container "train": 256 MiB of GPU memory may not hold a CUDA context; ask at least 512'
+    ]
+    config = tmp_path / "webhook.yaml"
+    config.write_text("memoryUnit: MiB\nminShareMiB: 0\n")
+    code, out = run_json(capsys, "--config", str(config), str(manifest))
+    assert code == report.CLEAN and out["results"][0]["warnings"] == []

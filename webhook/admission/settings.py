@@ -70,7 +70,15 @@ SERVER_KEYS: dict[str, str] = {
     "logFormat": "log_format",
     "certReloadIntervalSeconds": "cert_reload_interval_s",
 }
-RULE_KEYS = ("resources", "isolation", "schedulerName", "excludedNamespaces", "memoryUnit", "dra")
+RULE_KEYS = (
+    "resources",
+    "isolation",
+    "schedulerName",
+    "excludedNamespaces",
+    "memoryUnit",
+    "minShareMiB",
+    "dra",
+)
 RESOURCE_KEYS = ("wholeDevice", "wholeDevicePrefixes", "memory", "count")
 ISOLATION_KEYS = ("labelKey", "annotationKey", "envName", "default")
 # The chart's DRA DeviceClasses, the driver's memory step and the largest GPU memory a claim may ask.
@@ -201,7 +209,19 @@ def policy_from_config(data: Mapping[str, Any]) -> verdict.Policy:
         scheduler_name=scheduler,
         memory_unit=unit,
         claims=claim_policy(data),
+        min_share_mib=_least_share(data.get("minShareMiB")),
     )
+
+
+def _least_share(value: Any) -> int:
+    """`minShareMiB`: shares under it get a warning (a CUDA context may not fit); 0 turns that off."""
+    if value is None:
+        return gpumem.SMALL_SHARE_MIB
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            f"minShareMiB must be a whole number of MiB, 0 or more (0: no warning), got {value!r}"
+        )
+    return value
 
 
 def claim_policy(data: Mapping[str, Any]) -> claims.ClaimPolicy:

@@ -72,9 +72,10 @@ def is_claim(obj: Mapping[str, Any]) -> bool:
     )
 
 
-def check(obj: Mapping[str, Any], policy: ClaimPolicy) -> Found:
-    """Every problem of the requests naming our classes, in request order; other requests are not ours."""
-    found = _Found([], [])
+def check(obj: Mapping[str, Any], policy: ClaimPolicy, least_mib: int = 0) -> Found:
+    """Every problem of the requests naming our classes, in request order; other requests are not ours.
+    A share under `least_mib` MiB (as the driver rounds it) gets a warning (0: none)."""
+    found = _Found([], [], least_mib)
     node: object = obj
     path = ""
     for part in SPEC_PATHS[obj["kind"]]:
@@ -119,6 +120,7 @@ def check(obj: Mapping[str, Any], policy: ClaimPolicy) -> Found:
 class _Found(NamedTuple):
     violations: list[rules.Violation]
     warnings: list[str]
+    least_mib: int = 0  # the least share without a warning
 
     def wrong(self, path: str, value: object, expected: str) -> None:
         self.violations.append(rules.wrong_type(path, None, value, expected))
@@ -261,6 +263,11 @@ def _check_memory(raw: object, path: str, name: str, policy: ClaimPolicy, found:
             f"request {name}: memory {rules.show(raw)} is rounded up to {rounded} "
             f"(steps of {size(policy.step)}); ask {rounded}"
         )
+    granted = int(steps) * policy.step // MIB
+    least = size(-(-found.least_mib // (policy.step // MIB)) * policy.step) if found.least_mib else ""
+    small = gpumem.small_share(f"request {name}", granted, found.least_mib, least)
+    if small is not None:
+        found.warnings.append(small)
 
 
 def _number(parsed: quantity.Quantity) -> str:

@@ -14,6 +14,10 @@ from webhook.core import annotations as ann
 from webhook.core import quantity, templates
 
 DEFAULT_UNIT = "GiB"
+# The least GPU memory a CUDA process needs for its context alone, in MiB: a process that allocated 256 MiB
+# used 774-812 MiB of an H200 (docs/device-plugin.md), less on older GPUs. A share under it is allowed, with
+# a warning (SMALL_SHARE_MIB by default; 0: no warning).
+SMALL_SHARE_MIB = 512
 _BYTES_PER_MIB = 1 << 20
 # More GPU memory than any pod could ask (16 TiB): a count of units past it can only be bytes.
 _MOST_MIB = 16 << 20
@@ -55,6 +59,21 @@ def unit_one(unit: str) -> str:
 
 def _a(unit: str) -> str:
     return f"a {unit}" if unit in ("GiB", "MiB") else unit_one(unit)
+
+
+def small_share(who: str, mib: int, least_mib: int, least: str) -> str | None:
+    """The warning for `who`'s share of `mib` MiB when it is under `least_mib` (said as `least` in the
+    unit the user writes); None when it is not, or when no share is asked."""
+    if not 0 < mib < least_mib:
+        return None
+    return f"{who}: {mib} MiB of GPU memory may not hold a CUDA context; ask at least {least}"
+
+
+def least_units(least_mib: int, unit: str) -> str:
+    """`least_mib` as a gpu-mem value to write: `512` (MiB), `4 (512 MiB)` in blocks, `1` (GiB)."""
+    per = ann.unit_mib(unit)
+    units = -(-least_mib // per)
+    return str(units) if unit == "MiB" or per >= least_mib else f"{units} ({units * per} MiB)"
 
 
 def write(units: int, unit: str) -> str:

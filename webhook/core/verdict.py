@@ -54,9 +54,14 @@ class Policy:
     # Our DRA DeviceClasses, the driver's memory step and the largest GPU: ResourceClaims and their
     # templates are checked against them (core/claims.py).
     claims: claims.ClaimPolicy = field(default_factory=claims.ClaimPolicy)
+    # A gpu-mem share or claim under this many MiB is allowed with a warning: it may not hold the CUDA
+    # context of the process (0: no warning).
+    min_share_mib: int = gpumem.SMALL_SHARE_MIB
 
     def __post_init__(self) -> None:
         ann.unit_mib(self.memory_unit)  # ValueError naming the unit, at startup rather than per review
+        if self.min_share_mib < 0:
+            raise ValueError(f"the least share must be 0 MiB (no warning) or more, got {self.min_share_mib}")
 
 
 # TemplateVerdict and Verdict are NamedTuples, not frozen dataclasses: one of each per review, each
@@ -148,6 +153,23 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
     return None, []
 
 
+def _small_shares(view: specview.SpecView, policy: Policy) -> list[str]:
+    """A warning per container whose gpu-mem share (a value the rules allow) is under the least share."""
+    memory, unit = policy.names.memory, policy.memory_unit
+    per, least = ann.unit_mib(unit), gpumem.least_units(policy.min_share_mib, unit)
+    found = []
+    for container in view.containers:
+        amount = container.amount(memory)
+        if amount is None or gpumem.memory_problem(amount.raw, amount.parsed, memory, unit) is not None:
+            continue  # none asked, or denied by the rules with a fix of their own
+        assert not isinstance(amount.parsed, str)
+        who = f'container "{container.name or "?"}"'
+        text = gpumem.small_share(who, amount.parsed.to_int() * per, policy.min_share_mib, least)
+        if text is not None:
+            found.append(text)
+    return found
+
+
 def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
     # One view of the template (its containers walked, each GPU quantity parsed once) serves every rule.
     view = specview.read(template, policy.names)
@@ -162,6 +184,8 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
         asks = decision.value is not None or view.asks_memory() or view.asks_cards()
         scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
         warnings += scheduler_warnings
+    if policy.min_share_mib and view.asks_memory():
+        warnings += _small_shares(view, policy)
     if any(c.other_names for c in view.containers):  # names that might be misspelt GPU names
         warnings += lookalikes.warnings(template.spec, policy.names, view.items)
     return TemplateVerdict(template.path, tuple(violations), _unique(warnings), decision.value, scheduler)
@@ -175,7 +199,7 @@ def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
     kind = obj.get("kind")
     kind = templates.printable(kind, 63) if isinstance(kind, str) else ""
     if kind in claims.SPEC_PATHS and claims.is_claim(obj):  # no pod template: the claim's requests
-        asked = claims.check(obj, policy.claims)
+        asked = claims.check(obj, policy.claims, policy.min_share_mib)
         warned = _capped(_unique(list(asked.warnings)))
         return Verdict((), asked.violations, warned, not asked.violations, kind)
     found = templates.scan(obj)

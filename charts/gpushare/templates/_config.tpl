@@ -10,6 +10,7 @@ keys come from the same values the matchConditions use, so both agree on what a 
   "isolation" (dict "labelKey" $i.labelKey "annotationKey" $i.annotationKey "envName" $i.envName "default" $i.default)
   "excludedNamespaces" (uniq (concat (list "kube-system" .Release.Namespace) .Values.webhook.excludeNamespaces))
   "memoryUnit" (include "gpushare.memoryUnit" .)
+  "minShareMiB" (int .Values.webhook.minShareMiB)
   "dra" (dict "shareClass" .Values.dra.deviceClasses.share "wholeGpuClass" .Values.dra.deviceClasses.wholeGpu "memoryStep" (include "gpushare.dra.memoryStep" .) "maxMemory" .Values.dra.maxClaimMemory)
 -}}
 {{- if eq .Values.scheduler.mode "second" }}
