@@ -263,11 +263,10 @@ def _check_memory(raw: object, path: str, name: str, policy: ClaimPolicy, found:
             f"request {name}: memory {rules.show(raw)} is rounded up to {rounded} "
             f"(steps of {size(policy.step)}); ask {rounded}"
         )
-    granted = int(steps) * policy.step // MIB
-    least = size(-(-found.least_mib // (policy.step // MIB)) * policy.step) if found.least_mib else ""
-    small = gpumem.small_share(f"request {name}", granted, found.least_mib, least)
-    if small is not None:
-        found.warnings.append(small)
+    granted = int(steps) * policy.step // MIB  # what the driver gives the claim
+    if gpumem.under_least(granted, found.least_mib):
+        least = size(-(-found.least_mib // (policy.step // MIB)) * policy.step)
+        found.warnings.append(gpumem.small_share(f"request {name}", granted, least))
 
 
 def _number(parsed: quantity.Quantity) -> str:

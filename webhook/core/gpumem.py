@@ -61,11 +61,14 @@ def _a(unit: str) -> str:
     return f"a {unit}" if unit in ("GiB", "MiB") else unit_one(unit)
 
 
-def small_share(who: str, mib: int, least_mib: int, least: str) -> str | None:
-    """The warning for `who`'s share of `mib` MiB when it is under `least_mib` (said as `least` in the
-    unit the user writes); None when it is not, or when no share is asked."""
-    if not 0 < mib < least_mib:
-        return None
+def under_least(mib: int, least_mib: int) -> bool:
+    """Whether a share of `mib` MiB is one, and too small to hold a CUDA context (`least_mib`)."""
+    return 0 < mib < least_mib
+
+
+def small_share(who: str, mib: int, least: str) -> str:
+    """The warning for `who`'s share of `mib` MiB, under the least share (said as `least` in the unit the
+    user writes)."""
     return f"{who}: {mib} MiB of GPU memory may not hold a CUDA context; ask at least {least}"
 
 
