@@ -1,7 +1,8 @@
 """Ways a GPU could be over-committed that an audit found, each now refused or counted: a bind before
 the first lists are in, init containers asking more than the pod holds, a late event of an older pod of
-the same name, filter and bind judging by different placement orders. Also: a client that leaves
-mid-body (no error of ours), messages in the configured unit, and nodes where preemption cannot help."""
+the same name, filter and bind judging by different placement orders, a step of the wall clock. Also: a
+client that leaves mid-body (no error of ours), messages in the configured unit, and nodes where
+preemption cannot help."""
 
 from __future__ import annotations
 
@@ -212,3 +213,22 @@ def test_filter_tells_apart_nodes_where_preemption_could_make_room(pod_args, kin
     assert list(failed if kind == "failed" else unresolvable) == ["n1"], (failed, unresolvable)
     if kind == "unresolvable":
         assert unresolvable["n1"].startswith("even with no other pod on it: ")
+
+
+def test_a_step_of_the_wall_clock_does_not_age_what_is_counted():
+    # NTP moving the wall clock an hour ahead between two binds: the first pod, bound but not yet shown by
+    # the watch, must still hold its memory (else a third pod gets it too). Ages are read from the
+    # monotonic clock; the wall clock only writes the assume-time annotation.
+    cache, api = Cache(), FakeApi()
+    cache.nodes_resync([node("n1", 16)])
+    first, second, third = pod("first", 12), pod("second", 4), pod("third", 12)
+    for p in (first, second, third):
+        api.add(p)
+    cache.pods_resync([first, second, third])
+    walls = iter([10**18, 10**18 + 3600 * 10**9, 10**18 + 3601 * 10**9])
+    binder = Binder(cache, api, ExtenderSettings(), clock_ns=lambda: next(walls), sleep=lambda s: None)
+    assert bind(binder, first) == ""
+    assert api.bound[0][2]["ALIYUN_COM_GPU_MEM_ASSUME_TIME"] == str(10**18)
+    assert bind(binder, second) == ""
+    assert bind(binder, third) == "node n1: largest free GPU has 0 GiB, pod needs 12"
+    assert used(cache) == [16]

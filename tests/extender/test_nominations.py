@@ -133,7 +133,7 @@ def test_a_filter_that_passes_no_node_still_lets_stale_nominations_expire():
     # now, or a follower, which never binds): without expiry in filter, a later pod that fits only in
     # their memory fails filter everywhere, which nominates nothing, so nothing ever expires them.
     cache, _, _ = cluster()
-    stale = time.time_ns() - NOMINATION_TTL_NS - 10**9
+    stale = time.monotonic_ns() - NOMINATION_TTL_NS - 10**9
     assert cache.nominate("default/gone-1", "uid-gone-1", "n1", ann.Allocation({0: {0: 8}}), stale)
     assert cache.nominate("default/gone-2", "uid-gone-2", "n2", ann.Allocation({0: {0: 16}}), stale)
     assert filtered(cache, pod("b", 8)) == ["n1"]
@@ -143,7 +143,7 @@ def test_a_filter_that_passes_no_node_still_lets_stale_nominations_expire():
 
 def test_a_whole_card_pod_is_not_kept_off_a_gpu_by_a_stale_nomination():
     cache, _, _ = cluster()
-    stale = time.time_ns() - NOMINATION_TTL_NS - 10**9
+    stale = time.monotonic_ns() - NOMINATION_TTL_NS - 10**9
     assert cache.nominate("default/gone", "uid-gone", "n1", ann.Allocation({0: {0: 1}}), stale)
     card = pod("card")
     card["spec"]["containers"][0]["resources"] = {"limits": {resources.NVIDIA_GPU: "1"}}

@@ -63,12 +63,16 @@ class Binder:
         sleep: Callable[[float], None] = time.sleep,
         *,
         wait_s: float = 10.0,
+        ttl_clock_ns: Callable[[], int] = time.monotonic_ns,
     ) -> None:
         self.cache = cache
         self.api = api
         self.settings = settings
         self.wait_s = wait_s
+        # The wall clock only for the assume-time annotation (the device plugin orders pods by it); what
+        # the cache counts expires by the monotonic clock, which a step of the wall clock cannot age.
         self._clock_ns = clock_ns
+        self._ttl_clock_ns = ttl_clock_ns
         self._sleep = sleep
         self._turns = Turns()
         self._locks: dict[str, threading.Lock] = {}
@@ -122,7 +126,7 @@ class Binder:
             if record is None:
                 return self._asks_nothing(args)
             if record.node:  # bound already, and the watch has not shown it: count it meanwhile
-                self.cache.adopt(pod, self._clock_ns())
+                self.cache.adopt(pod, self._ttl_clock_ns())
         uid = args.pod_uid or record.uid
         done = yield from self._placed_already(args, uid, record)
         if done is not None:
@@ -174,7 +178,7 @@ class Binder:
             with self.cache.locked():
                 self.cache.forget(args.key, token)
                 if outcome.pod is not None:  # bound by someone else: count that until the watch shows it
-                    self.cache.adopt(outcome.pod, self._clock_ns())
+                    self.cache.adopt(outcome.pod, self._ttl_clock_ns())
         # With an unknown outcome the reservation stays (unconfirmed): the watch settles it, or the
         # scheduler's next bind of the pod asks the API (`_placed_already`). Over-counting a while is safe.
         return outcome.error
@@ -208,7 +212,7 @@ class Binder:
                 node = accounting.node_name_of(pod)
                 if not node:
                     return None  # it did not land: bind afresh
-                self.cache.adopt(pod, self._clock_ns())
+                self.cache.adopt(pod, self._ttl_clock_ns())
                 return _bound_answer(args, node, _has_placement(pod))
         if record.node and record.ended:
             return f"pod {args.key} is bound to node {record.node} and has finished"
@@ -237,10 +241,13 @@ class Binder:
             )
             if isinstance(result, allocator.NoFit):
                 return f"node {args.node}: {result.reason}"
-            now = self._clock_ns()
+            now = self._ttl_clock_ns()
             self.cache.expire_assumptions(now)
             token = self.cache.assume(args.key, uid, args.node, result.allocation, now, created=created)
-        placement = ann.Placement(result.allocation, device_memory=result.device_memory, assume_time_ns=now)
+        assumed_at = self._clock_ns()
+        placement = ann.Placement(
+            result.allocation, device_memory=result.device_memory, assume_time_ns=assumed_at
+        )
         return token, placement
 
     def _send(

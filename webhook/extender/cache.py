@@ -229,7 +229,7 @@ class Cache:
             older.discard(uid)
             token = next(self._tokens)
             self._assumed[key] = Assumption(token, uid, node, now_ns, created=created, older=frozenset(older))
-            share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
+            share = accounting.PodShare(key, uid, allocation, assumed=True)
             self._ledger(node).place(share)
             return token
 
@@ -308,7 +308,7 @@ class Cache:
                 return False
             self._drop_nomination(key)
             self._nominations.add(key, Nomination(uid, node, now_ns))
-            share = accounting.PodShare(key, uid, allocation, assumed=True, assume_time_ns=now_ns)
+            share = accounting.PodShare(key, uid, allocation, assumed=True)
             self._ledger(node).place(share)
             return True
 

@@ -32,7 +32,7 @@ def filter_nodes(
         return wire.filter_error(NOT_SYNCED)
     # Whatever this pod asks: a stale nomination would otherwise hold its memory against it, and against
     # every pod after it, until some other filter nominates or some bind arrives.
-    cache.expire_nominations(time.time_ns())
+    cache.expire_nominations(time.monotonic_ns())
     try:
         asked, cards = _demands(cache, args.pod)
     except demand.DemandError as err:
@@ -155,7 +155,7 @@ def _nominate(
     placed = allocator.fit(asked, ledger.gpus(), policy, ledger.unit)
     if isinstance(placed, allocator.Fit):
         uid = str((pod.get("metadata") or {}).get("uid") or "")
-        cache.nominate(key, uid, passed[0], placed.allocation, time.time_ns())
+        cache.nominate(key, uid, passed[0], placed.allocation, time.monotonic_ns())
 
 
 def _one_policy(
