@@ -61,7 +61,7 @@ class AssignMarker(Protocol):
 class BookAllocator:
     """What the gpu-mem and whole-card allocators share: an `AllocationBook` of this node's pods, kept as
     long as the process (across kubelet and server restarts), the IDs GetPreferredAllocation advised,
-    when to ask the kubelet's list, and reconciliation with it. `_apart` and `_amount` are per resource."""
+    when to ask the kubelet's list, and reconciliation with it. `_amount` is per resource."""
 
     state: DeviceState
     pods: PodSource
@@ -77,8 +77,11 @@ class BookAllocator:
     _preferred: dict[frozenset[str], tuple[str, int]] = field(default_factory=dict, init=False)
 
     def _apart(self, found: Sequence[matching.Match]) -> bool:
-        """Whether the book's candidates disagree on the GPUs: only then is the kubelet's list needed."""
-        raise NotImplementedError
+        """Whether the book's candidates leave in doubt which container the kubelet is admitting: none, or
+        several pods. Only the kubelet's list tells then, even when they are placed on the same GPUs: their
+        env differs (pod total, compute share), and so may their next containers' GPUs; and none is also
+        what a kubelet restarted mid-admission asks about again."""
+        return len({m.pod.uid for m in found}) != 1
 
     def _amount(self, count: int) -> str:
         """`count` devices in words, for refusals."""
@@ -151,9 +154,6 @@ class Allocator(BookAllocator):
     resource_name: str = field(default=resources.GPU_MEMORY, kw_only=True)
     # Read per Allocate: the node's mode label may change at any time.
     mps_dirs: Callable[[], mps.MpsDirs | None] = field(default=_no_mps, kw_only=True)
-
-    def _apart(self, found: Sequence[matching.Match]) -> bool:
-        return len({tuple(sorted(m.slot.gpus.items())) if m.pod.problem is None else () for m in found}) != 1
 
     def _amount(self, count: int) -> str:
         return self.state.granularity.describe(count)

@@ -28,14 +28,11 @@ class CardAllocator(allocator.BookAllocator):
 
     resource_name: str = field(default=resources.NVIDIA_GPU, kw_only=True)
 
-    def _apart(self, found: Sequence[matching.Match]) -> bool:
-        return len({frozenset(m.slot.gpus) if m.pod.problem is None else frozenset() for m in found}) > 1
-
     def _amount(self, count: int) -> str:
         return "1 whole GPU" if count == 1 else f"{count} whole GPUs"
 
     def _candidates(self, count: int, pods: list[podviews.PodView]) -> list[matching.Match]:
-        """The book's candidates; when they are placed on different GPUs, the kubelet's list decides."""
+        """The book's candidates; when they leave the container in doubt, the kubelet's list decides."""
         view = self._view_for(count, pods)
         with self.lock:
             return self.book.candidates(count, pods, view)
