@@ -23,24 +23,27 @@ NAME = draslice.slice_name(NODE, DRIVER)
 Start = Callable[..., app.Driver]
 
 
+def settings_for(apiserver: ApiServer, short_root: Path, **overrides: object) -> DraSettings:
+    values: dict[str, Any] = {
+        "node_name": NODE,
+        "fake_gpus": "0:16,1:16",
+        "api_host": apiserver.url,
+        "registry_dir": short_root / "registry",
+        "plugins_dir": short_root / "plugins",
+        "cdi_dir": short_root / "cdi",
+        "health_file": short_root / "unhealthy",
+        "api_timeout_s": 5,
+    }
+    return DraSettings(**{**values, **overrides})
+
+
 @pytest.fixture
 def start(apiserver: ApiServer, short_root: Path) -> Iterator[Start]:
     apiserver.add_node(NODE, labels={modes.MODE_LABEL: "dra"})
     running: list[app.Driver] = []
 
     def make(**overrides: object) -> app.Driver:
-        values: dict[str, Any] = {
-            "node_name": NODE,
-            "fake_gpus": "0:16,1:16",
-            "api_host": apiserver.url,
-            "registry_dir": short_root / "registry",
-            "plugins_dir": short_root / "plugins",
-            "cdi_dir": short_root / "cdi",
-            "health_file": short_root / "unhealthy",
-            "api_timeout_s": 5,
-        }
-        settings = DraSettings(**{**values, **overrides})
-        driver = app.Driver(settings).start()
+        driver = app.Driver(settings_for(apiserver, short_root, **overrides)).start()
         running.append(driver)
         return driver
 
@@ -80,6 +83,25 @@ def test_a_restart_with_a_prepared_claim_unprepares_it_after(apiserver, start, s
     assert spec.exists()
     assert kubelet.unprepare(again.settings.dra_socket, [("u1", "ns", "c1")]).claims["u1"].error == ""
     assert not spec.exists()
+
+
+def test_a_claim_prepared_while_the_next_instance_waits_for_the_lock_keeps_its_spec(
+    apiserver, start, short_root
+):
+    # The next instance (a DaemonSet pod replaced while the old one still exits) reads the checkpoint
+    # when it is made; what the old one prepares before it stops must still be known once the new one
+    # holds the lock, or its CDI spec is deleted as a leftover and the checkpoint rewritten without it.
+    old = start()
+    new = app.Driver(settings_for(apiserver, short_root))
+    try:
+        apiserver.put(claim("u1", "c1", result("gpu-0")))
+        assert kubelet.prepare(old.settings.dra_socket, [("u1", "ns", "c1")]).claims["u1"].error == ""
+        old.stop()
+        new.start()
+        assert (short_root / "cdi" / cdi.file_name(cdi.kind(DRIVER), "u1")).exists()
+        assert new.store.get("u1") is not None
+    finally:
+        new.stop()
 
 
 def test_a_spec_no_checkpointed_claim_owns_is_removed_at_start(start, short_root):

@@ -162,6 +162,13 @@ class Driver:
             self.api.close()  # type: ignore[no-untyped-call]
             raise StartError(str(err)) from None
         try:
+            # Read once the lock is ours: an instance that held it may have prepared claims since
+            # __init__ read the file, and their CDI specs must not be taken for leftovers.
+            self.store.reload()
+        except checkpoint.CheckpointError as err:
+            self.stop()
+            raise StartError(str(err)) from None
+        try:
             self.specs.remove_others(p.spec_file for p in self.store.all())
         except OSError as err:
             log.warning("cleaning the CDI folder %s failed: %s", self.settings.cdi_dir, err)

@@ -108,6 +108,11 @@ class Checkpoint:
                 "driver's CDI specs, then restart the driver"
             ) from None
 
+    def reload(self) -> None:
+        """Read the file again: what another instance prepared before this one took the instance lock."""
+        with self._lock:
+            self._claims = self._load()
+
     def get(self, uid: str) -> Prepared | None:
         with self._lock:
             return self._claims.get(uid)
