@@ -232,3 +232,21 @@ def test_a_step_of_the_wall_clock_does_not_age_what_is_counted():
     assert bind(binder, second) == ""
     assert bind(binder, third) == "node n1: largest free GPU has 0 GiB, pod needs 12"
     assert used(cache) == [16]
+
+
+def test_a_successor_already_bound_is_counted_while_the_watch_shows_its_predecessor():
+    # kube-scheduler retries the bind of p's successor, which a previous leader bound to n2: the GET shows
+    # it bound, the bind says done, and q cannot get the same memory before the watch catches up.
+    cache, api = Cache(), FakeApi()
+    cache.nodes_resync([node("n1", 16), node("n2", 16)])
+    old = created(pod("p", 12, uid="uid-a", node_name="n1", placed={0: {0: 12}}, phase="Running"), "10:00:00")
+    cache.pods_resync([old])
+    new = created(pod("p", 12, uid="uid-b", node_name="n2", placed={0: {0: 12}}), "10:05:00")
+    q = pod("q", 12)
+    api.add(new)
+    api.add(q)
+    cache.pod_event(ADDED, q)
+    binder = binder_for(cache, api)
+    assert bind(binder, new, "n2") == ""
+    assert bind(binder, q, "n2") == "node n2: largest free GPU has 4 GiB, pod needs 12"
+    assert api.bound == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.extender.factory import node, pod
 from webhook.core import annotations as ann
 from webhook.core import demand
@@ -194,13 +196,53 @@ def test_pod_bound_elsewhere_is_adopted_until_the_watch_shows_it():
     assert used(cache, "n1") == [4]
 
 
+def _created(p: dict[str, Any], at: str) -> dict[str, Any]:
+    p["metadata"]["creationTimestamp"] = at
+    return p
+
+
 def test_adopting_what_the_watch_already_shows_or_an_unbound_pod_changes_nothing():
-    cache = fed(node("n1", 8), pod("a", 4, node_name="n1", placed={0: {0: 4}}), pod("b", 2))
+    b = _created(pod("b", 2), "2026-11-28T10:00:05Z")
+    cache = fed(node("n1", 8), pod("a", 4, node_name="n1", placed={0: {0: 4}}), b)
     cache.adopt(pod("a", 4, node_name="n1", placed={0: {0: 4}}), now_ns=1)
     cache.adopt(pod("b", 2), now_ns=1)
-    cache.adopt(pod("b", 2, uid="older", node_name="n1", placed={0: {0: 2}}), now_ns=1)
+    # A GET that showed an older pod of b's name (the watch has moved on since): not adopted.
+    older = _created(pod("b", 2, uid="older", node_name="n1", placed={0: {0: 2}}), "2026-11-28T10:00:04Z")
+    cache.adopt(older, now_ns=1)
     assert cache.assumed() == {}
     assert used(cache, "n1") == [4]
+
+
+def test_a_bound_successor_of_a_pod_the_watch_still_shows_is_adopted():
+    # The watch still shows p (UID A) running on n1; the API already holds its successor (UID B), bound
+    # to n2 by a previous leader or by a Binding whose reply was lost: counted until the watch shows it.
+    old = _created(pod("p", 12, uid="uid-a", node_name="n1", placed={0: {0: 12}}), "2026-11-28T10:00:00Z")
+    cache = fed(node("n1", 16), node("n2", 16), old)
+    new = _created(pod("p", 12, uid="uid-b", node_name="n2", placed={0: {0: 12}}), "2026-11-28T10:05:00Z")
+    cache.adopt(new, now_ns=1)
+    assert cache.assumed() == {"default/p": "n2"}
+    assert (used(cache, "n1"), used(cache, "n2")) == ([0], [12])
+    cache.pod_event(DELETED, old)  # A's late events leave B counted
+    assert used(cache, "n2") == [12]
+    cache.pod_event(MODIFIED, new)
+    assert cache.assumed() == {} and used(cache, "n2") == [12]
+
+
+def test_a_namesake_of_the_same_second_that_holds_nothing_leaves_the_assumption_counting():
+    # Created and deleted in the second its successor was created (timestamps have seconds): the late
+    # events of the older one, which the cache never saw, cannot be told from a newer pod's by time; as
+    # they hold no memory, the assumed pod keeps its count.
+    cache = fed(node("n1", 16))
+    at = "2026-11-28T10:00:07Z"
+    cache.assume("default/p", "uid-b", "n1", ann.Allocation({0: {0: 12}}), now_ns=1, created=at)
+    older = _created(pod("p", 12, uid="uid-a"), at)
+    cache.pod_event(ADDED, older)
+    cache.pod_event(DELETED, older)
+    assert cache.assumed() == {"default/p": "n1"} and used(cache, "n1") == [12]
+    # One that is bound is the API's pod of that name: it is counted in the assumption's place.
+    bound = _created(pod("p", 4, uid="uid-c", node_name="n1", placed={0: {0: 4}}), at)
+    cache.pod_event(MODIFIED, bound)
+    assert cache.assumed() == {} and used(cache, "n1") == [4]
 
 
 def test_confirmed_assumption_is_marked_bound_and_keeps_its_place_in_expiry_order():

@@ -22,12 +22,17 @@ class Assumption:
     older: frozenset[str] = frozenset()  # UIDs of older pods of the same name the cache had seen
 
 
-def replaces(assumption: Assumption, uid: str, created: str) -> bool:
-    """Whether an event of another pod of the assumed pod's name (`uid`, created at `created`) shows the
-    assumed one gone. Not when it is older, known to the cache as a predecessor or created earlier: a
-    late event of the pod that name had before (the watch is behind the GET that showed the binder the
-    newer one), which must not drop the newer pod's memory. Unknown or equal times count as newer: the
-    watch then settles it within its lag."""
+def replaces(assumption: Assumption, uid: str, created: str, holds: bool) -> bool:
+    """Whether an event of another pod of the assumed pod's name (`uid`, created at `created`; `holds`:
+    it is bound and holds memory) shows the assumed one gone. Not when it is older or known to the cache
+    as a predecessor: a late event of the pod that name had before (the watch is behind the GET that
+    showed the binder the newer one), which must not drop the newer pod's memory. A later creation time
+    does. In the same second (the timestamp's resolution) or without times the order cannot be read: one
+    ledger entry per name counts one of the two, so the pod the API shows holding memory is counted, and
+    one that holds none leaves the assumption counting (at worst until the assumed pod's own events or
+    the TTL: an over-count, never an over-commit)."""
     if uid in assumption.older:
         return False
-    return not (created and assumption.created and created < assumption.created)
+    if created and assumption.created and created != assumption.created:
+        return created > assumption.created
+    return holds

@@ -163,7 +163,7 @@ class Cache:
                 self._drop_nomination(key)
             assumption = self._assumed.get(key)
             if assumption is not None and (
-                replaces(assumption, uid, str(meta.get("creationTimestamp") or ""))
+                replaces(assumption, uid, str(meta.get("creationTimestamp") or ""), _holds(kind, pod))
                 if assumption.uid != uid
                 else (
                     kind == DELETED
@@ -257,17 +257,24 @@ class Cache:
         key = accounting.pod_key(pod)
         uid = str((pod.get("metadata") or {}).get("uid") or "")
         node = accounting.node_name_of(pod)
+        created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
         with self._lock:
             record = self._pods.get(key)
-            behind = record is None or (record.uid == uid and not record.node)
-            if not node or not behind or key in self._assumed:
+            # Behind: the watch shows this pod unbound, or shows (or was assumed for) another pod of the
+            # name not known to be newer: the GET is the API's current pod of that name, the other gone.
+            behind = record is None or (
+                not record.node if record.uid == uid else not _newer(record.created, created)
+            )
+            assumed = self._assumed.get(key)
+            if assumed is not None and (assumed.uid == uid or _newer(assumed.created, created)):
+                return  # counted already, or the assumption is of a newer pod
+            if not node or not behind:
                 return
             try:
                 share = accounting.share_of(pod)
             except ann.AnnotationError:
                 return
             if share is not None:
-                created = str((pod.get("metadata") or {}).get("creationTimestamp") or "")
                 token = self.assume(key, uid, node, share.allocation, now_ns, created=created)
                 self.confirm(key, token)
 
@@ -398,3 +405,13 @@ class Cache:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"nodes": len(self._nodes), "pods": len(self._pods), "assumed": len(self._assumed)}
+
+
+def _holds(kind: str, pod: Mapping[str, Any]) -> bool:
+    """The event shows its pod bound and holding memory (a pod of another UID than an assumed one)."""
+    return kind != DELETED and bool(accounting.node_name_of(pod)) and accounting.holds_memory(pod)
+
+
+def _newer(created: str, than: str) -> bool:
+    """Creation times (RFC 3339, UTC, seconds) known and strictly later: only then is the order read."""
+    return bool(created and than) and created > than
