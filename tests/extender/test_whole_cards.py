@@ -154,3 +154,35 @@ def test_the_cli_refuses_a_whole_card_resource_that_is_no_extended_resource(caps
     assert "'gpu' is not an extended resource name (<domain>/<name>, e.g. nvidia.com/gpu)" in (
         capsys.readouterr().err
     )
+
+
+def test_a_node_relabelled_from_default_to_share_takes_nothing_while_nvidias_card_pods_run():
+    # A card pod bound while n1 was `default` got a plain Binding (NVIDIA's plugin chose its GPU): after
+    # the relabel nothing of ours may land beside it, share or card, until it ends.
+    cache, api, binder = setup(labelled(node("n1", 16), "default"), card_pod("card", 1), pod("share", 8))
+    assert bind(binder, "card", "n1") == ""
+    card = api.pods["default/card"]
+    card["status"]["phase"] = "Running"
+    cache.pod_event(MODIFIED, card)
+    cache.node_event(MODIFIED, labelled(node("n1", 16), "share"))
+    result = filtered(cache, api.pods["default/share"], "n1")
+    assert result["NodeNames"] == []
+    reason = "the node runs 1 whole-GPU pod(s) (first: default/card) that NVIDIA's plugin placed"
+    assert (result["FailedAndUnresolvableNodes"] or {})["n1"].startswith(reason)
+    assert bind(binder, "share", "n1").startswith(f"node n1: {reason}")
+    card["status"]["phase"] = "Succeeded"
+    cache.pod_event(MODIFIED, card)
+    assert filtered(cache, api.pods["default/share"], "n1")["NodeNames"] == ["n1"]
+
+
+def test_a_node_relabelled_from_share_to_default_takes_no_whole_card_while_shares_run():
+    running = pod("running", 8, node_name="n1", placed={0: {0: 8}}, phase="Running")
+    cache, api, binder = setup(labelled(node("n1", 16), "share"), running, card_pod("card", 1))
+    cache.node_event(MODIFIED, labelled(node("n1", 16), "default"))
+    result = filtered(cache, api.pods["default/card"], "n1")
+    assert result["NodeNames"] == []
+    assert (result["FailedNodes"] or {})["n1"].startswith("gpu-mem shares placed while the node shared GPUs")
+    assert bind(binder, "card", "n1").startswith("node n1: gpu-mem shares placed while")
+    assert api.bound == []
+    cache.pod_event(MODIFIED, {**running, "status": {"phase": "Succeeded"}})
+    assert filtered(cache, api.pods["default/card"], "n1")["NodeNames"] == ["n1"]

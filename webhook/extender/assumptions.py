@@ -3,7 +3,11 @@ pod of the same name shows the assumed one gone (`replaces`). The cache keeps th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from webhook.core import accounting
 
 ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
 
@@ -22,8 +26,8 @@ class Assumption:
     older: frozenset[str] = frozenset()  # UIDs of older pods of the same name the cache had seen
 
 
-def replaces(assumption: Assumption, uid: str, created: str, holds: bool) -> bool:
-    """Whether an event of another pod of the assumed pod's name (`uid`, created at `created`; `holds`:
+def replaces(assumption: Assumption, uid: str, created: str, bound: bool) -> bool:
+    """Whether an event of another pod of the assumed pod's name (`uid`, created at `created`; `bound`:
     it is bound and holds memory) shows the assumed one gone. Not when it is older or known to the cache
     as a predecessor: a late event of the pod that name had before (the watch is behind the GET that
     showed the binder the newer one), which must not drop the newer pod's memory. A later creation time
@@ -35,4 +39,14 @@ def replaces(assumption: Assumption, uid: str, created: str, holds: bool) -> boo
         return False
     if created and assumption.created and created != assumption.created:
         return created > assumption.created
-    return holds
+    return bound
+
+
+def holds(pod: Mapping[str, Any]) -> bool:
+    """The pod is bound and holds memory: what `replaces` is told of a namesake's event (not a DELETED)."""
+    return bool(accounting.node_name_of(pod)) and accounting.holds_memory(pod)
+
+
+def newer(created: str, than: str) -> bool:
+    """Creation times (RFC 3339, UTC, seconds) known and strictly later: only then is the order read."""
+    return bool(created and than) and created > than

@@ -154,7 +154,12 @@ class Binder:
     def _bind_cards(self, args: BindingArgs, uid: str, record: records.PodRecord) -> Steps:
         """Whole cards: reserved and annotated like a share on a node our plugin serves; on a node where
         NVIDIA's plugin serves them, a plain Binding (nothing of ours to count or to tell the plugin)."""
-        mode = whole.ours(self.cache, args.node)
+        with self.cache.locked():
+            mode = whole.ours(self.cache, args.node)
+            known = mode is None or isinstance(mode, modes.Mode)  # a Mode is a str too: tested first
+            refused = whole.refusal(self.cache, args.node, mode) if known else None
+        if refused is not None:  # the node's mode or pods changed since filter
+            return f"node {args.node}: {refused}"
         if mode is None:
             return (yield from self._send(args, uid, {})).error
         if not isinstance(mode, modes.Mode):

@@ -17,7 +17,8 @@ from typing import Any
 
 from webhook.core import accounting, allocator, modes, ranking, resources
 from webhook.core import annotations as ann
-from webhook.extender.assumptions import ASSUME_TTL_NS, Assumption, replaces
+from webhook.extender.assumptions import ASSUME_TTL_NS, Assumption, holds, newer, replaces
+from webhook.extender.blocks import NodeBlocks
 from webhook.extender.nominations import Nomination, Nominations
 from webhook.extender.records import PodRecord, record_of
 from webhook.extender.summaries import Summaries
@@ -56,7 +57,7 @@ class Cache:
         self._modes: dict[str, modes.Mode | str] = {}
         # Nodes whose mode takes no gpu-mem shares, with the reason filter gives (most clusters: none),
         # and each node's ack.node.gpu.placement policy; both follow label changes at the next event.
-        self._unshared: dict[str, str] = {}
+        self._blocks = NodeBlocks()
         self._placements: dict[str, allocator.Policy] = {}
         self._pods: dict[str, PodRecord] = {}
         self._assumed: dict[str, Assumption] = {}
@@ -89,7 +90,7 @@ class Cache:
             if kind == DELETED:
                 self._nodes.discard(name)
                 self._modes.pop(name, None)
-                self._unshared.pop(name, None)
+                self._blocks.set_mode(name, None)
                 self._placements.pop(name, None)
                 self._summaries.changed(name)
                 ledger = self._ledgers.get(name)
@@ -104,10 +105,8 @@ class Cache:
             labels = (node.get("metadata") or {}).get("labels")
             problem = modes.sharing_problem(labels, self.names.memory)
             placement = modes.node_placement(labels)
-            self._unshared.pop(name, None)
+            self._blocks.set_mode(name, problem)
             self._placements.pop(name, None)
-            if problem is not None:
-                self._unshared[name] = problem
             if placement is not None:
                 self._placements[name] = placement
             try:
@@ -134,8 +133,9 @@ class Cache:
         return name in self._nodes
 
     def unshared(self) -> Mapping[str, str]:
-        """Known nodes whose mode label takes no gpu-mem shares, with the reason. Hold `locked()`."""
-        return self._unshared
+        """Known nodes that take no gpu-mem share nor whole card of ours, with the reason (blocks.py).
+        Hold `locked()`."""
+        return self._blocks.reasons
 
     def placement(self, name: str) -> allocator.Policy | None:
         """The node's `ack.node.gpu.placement` policy; None when unset or unknown."""
@@ -163,7 +163,9 @@ class Cache:
                 self._drop_nomination(key)
             assumption = self._assumed.get(key)
             if assumption is not None and (
-                replaces(assumption, uid, str(meta.get("creationTimestamp") or ""), _holds(kind, pod))
+                replaces(
+                    assumption, uid, str(meta.get("creationTimestamp") or ""), kind != DELETED and holds(pod)
+                )
                 if assumption.uid != uid
                 else (
                     kind == DELETED
@@ -197,13 +199,17 @@ class Cache:
         if record is None or record.node:
             self._drop_nomination(key)
         old = self._pods.pop(key, None)
-        if old is not None and old.node and key not in self._assumed:
-            self._ledger(old.node).release(key)
+        if old is not None and old.node:
+            self._blocks.drop_card_pod(old.node, key)
+            if key not in self._assumed:
+                self._ledger(old.node).release(key)
         if record is None:
             return
         self._pods[key] = record
         if record.node and record.share is not None and key not in self._assumed:
             self._ledger(record.node).place(record.share)
+        elif record.node and record.share is None and record.cards.asks() and not record.ended:
+            self._blocks.add_card_pod(record.node, key)  # bound by NVIDIA's plugin's rules, not ours
 
     def pod(self, key: str) -> PodRecord | None:
         return self._pods.get(key)
@@ -263,10 +269,10 @@ class Cache:
             # Behind: the watch shows this pod unbound, or shows (or was assumed for) another pod of the
             # name not known to be newer: the GET is the API's current pod of that name, the other gone.
             behind = record is None or (
-                not record.node if record.uid == uid else not _newer(record.created, created)
+                not record.node if record.uid == uid else not newer(record.created, created)
             )
             assumed = self._assumed.get(key)
-            if assumed is not None and (assumed.uid == uid or _newer(assumed.created, created)):
+            if assumed is not None and (assumed.uid == uid or newer(assumed.created, created)):
                 return  # counted already, or the assumption is of a newer pod
             if not node or not behind:
                 return
@@ -405,13 +411,3 @@ class Cache:
     def stats(self) -> dict[str, int]:
         with self._lock:
             return {"nodes": len(self._nodes), "pods": len(self._pods), "assumed": len(self._assumed)}
-
-
-def _holds(kind: str, pod: Mapping[str, Any]) -> bool:
-    """The event shows its pod bound and holding memory (a pod of another UID than an assumed one)."""
-    return kind != DELETED and bool(accounting.node_name_of(pod)) and accounting.holds_memory(pod)
-
-
-def _newer(created: str, than: str) -> bool:
-    """Creation times (RFC 3339, UTC, seconds) known and strictly later: only then is the order read."""
-    return bool(created and than) and created > than

@@ -1,7 +1,8 @@
 """Filter for pods asking whole cards (`nvidia.com/gpu`): on nodes whose mode shares GPUs (our device
 plugin serves the cards there) the pod needs that many healthy GPUs holding nothing; on `default` and
 `topology` nodes NVIDIA's plugin serves the cards and kube-scheduler's own resource fit has counted
-them, so those nodes pass untouched.
+them, so those nodes pass untouched, unless gpu-mem shares placed while the node shared GPUs still run
+there: NVIDIA's plugin, which knows nothing of them, could hand out their GPU whole.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ from webhook.extender import wire
 from webhook.extender.cache import Cache
 
 UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
+SHARES_LEFT = (
+    "gpu-mem shares placed while the node shared GPUs still run on it, and NVIDIA's plugin, which serves "
+    "whole GPUs here, could hand out their GPU: whole GPUs wait until they end"
+)
 
 
 def ours(cache: Cache, node: str) -> modes.Mode | str | None:
@@ -25,6 +30,15 @@ def ours(cache: Cache, node: str) -> modes.Mode | str | None:
     return mode
 
 
+def refusal(cache: Cache, node: str, mode: modes.Mode | str | None) -> str | None:
+    """Why no whole card may go to `node` now (`mode`: `ours`), bind as filter; None when one may.
+    Hold `locked()`."""
+    if mode is None:  # NVIDIA's plugin chooses the GPU: none may hold a share of ours
+        ledger = cache.ledger(node)
+        return SHARES_LEFT if ledger is not None and any(g.used for g in ledger.gpus()) else None
+    return cache.unshared().get(node)  # ours: not while NVIDIA's plugin's own card pods still run
+
+
 def filter_nodes(cache: Cache, args: wire.ExtenderArgs, cards: wholecards.CardDemand) -> wire.FilterResult:
     passed: list[str] = []
     failed: dict[str, str] = {}
@@ -32,11 +46,15 @@ def filter_nodes(cache: Cache, args: wire.ExtenderArgs, cards: wholecards.CardDe
     with cache.locked():
         for name in args.node_names:
             mode = ours(cache, name)
+            if mode is not None and not isinstance(mode, modes.Mode):
+                (failed if mode == UNKNOWN_NODE else unresolvable)[name] = mode
+                continue
+            refused = refusal(cache, name, mode)
+            if refused is not None:
+                failed[name] = refused  # until those pods end
+                continue
             if mode is None:
                 passed.append(name)
-                continue
-            if not isinstance(mode, modes.Mode):
-                (failed if mode == UNKNOWN_NODE else unresolvable)[name] = mode
                 continue
             ledger = cache.ledger(name)
             gpus = ledger.gpus() if ledger is not None else ()
