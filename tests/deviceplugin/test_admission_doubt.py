@@ -7,7 +7,7 @@ stood in; the kubelet admits pods in its own order (creation time), not the orde
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.deviceplugin.conftest import ListPods, Marks
 from tests.deviceplugin.placed import card_pod, placed_pod
@@ -17,8 +17,11 @@ from webhook.deviceplugin import allocator, state, wholecards
 BOTH_GPUS = [f"GPU-{g}-_-{n}" for g in (0, 1) for n in range(16)]
 
 
+View = Callable[[Mapping[str, Any], int], podviews.PodView | None]
+
+
 class Pods(ListPods):
-    def __init__(self, view: Callable[[Mapping[str, Any], int], podviews.PodView | None]) -> None:
+    def __init__(self, view: View) -> None:
         super().__init__()
         self.view = view
 
@@ -45,9 +48,13 @@ def _state() -> state.DeviceState:
     return state.DeviceState(gpus, devices.Granularity.parse("GiB"))
 
 
-def shares(kubelet: KubeletList) -> tuple[allocator.Allocator, Pods, Marks]:
-    pods, marks = Pods(podviews.pod_view), Marks()
-    plugin = allocator.Allocator(
+Made = TypeVar("Made", allocator.Allocator, wholecards.CardAllocator)
+
+
+def made(kind: type[Made], view: View, kubelet: KubeletList) -> tuple[Made, Pods, Marks]:
+    """An allocator of `kind` over two 16 GiB GPUs, its pods read with `view`."""
+    pods, marks = Pods(view), Marks()
+    plugin = kind(
         _state(),
         pods,
         marks,
@@ -57,6 +64,10 @@ def shares(kubelet: KubeletList) -> tuple[allocator.Allocator, Pods, Marks]:
         kubelet=kubelet,
     )
     return plugin, pods, marks
+
+
+def shares(kubelet: KubeletList) -> tuple[allocator.Allocator, Pods, Marks]:
+    return made(allocator.Allocator, podviews.pod_view, kubelet)
 
 
 def test_pods_placed_on_the_same_gpu_each_get_their_own_compute_share():
@@ -113,16 +124,7 @@ def test_each_pods_next_container_gets_the_gpu_reserved_for_it():
 
 def test_a_whole_card_asked_again_after_a_kubelet_restart_is_answered_again():
     kubelet = KubeletList()
-    pods, marks = Pods(cardviews.card_view), Marks()
-    plugin = wholecards.CardAllocator(
-        _state(),
-        pods,
-        marks,
-        isolation_disabled=lambda: False,
-        node_name="node-1",
-        wait_s=0.2,
-        kubelet=kubelet,
-    )
+    plugin, pods, _ = made(wholecards.CardAllocator, cardviews.card_view, kubelet)
     pods.set([card_pod("p", {0: {1: 16}})])
     cards = ["GPU-0", "GPU-1"]
     assert plugin.prefer(cards, [], 1) == ["GPU-1"]
