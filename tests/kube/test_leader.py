@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from webhook.devcluster.standin.apiserver import ApiServer
-from webhook.kube import leader
+from webhook.kube import errors, leader, rest
 
 
 def settings(identity: str, **kw) -> leader.LeaderSettings:
@@ -253,3 +253,82 @@ def test_bad_settings_are_refused(kw, problem):
     values = {"lease_duration": 1.0, "renew_deadline": 0.6, "retry_period": 0.05, **kw}
     with pytest.raises(ValueError, match=problem):
         leader.LeaderSettings(namespace="ns", name="l", **values)
+
+
+def _two(apiserver: ApiServer, clock: Clock) -> tuple[leader.LeaderElector, leader.LeaderElector]:
+    timings = {"lease_duration": 15.0, "renew_deadline": 10.0, "retry_period": 2.0}
+    return (
+        leader.LeaderElector(apiserver.api, settings("a", **timings), monotonic=clock),
+        leader.LeaderElector(apiserver.api, settings("b", **timings), monotonic=clock),
+    )
+
+
+def _overlap(
+    a: leader.LeaderElector, b: leader.LeaderElector, clock: Clock, who: dict[str, str]
+) -> list[float]:
+    """Seconds (from 1000) at which both claim to lead, trying in turns for 30 s."""
+    both = []
+    while clock.now < 1030:
+        clock.now += 1.0
+        for name, elector in (("a", a), ("b", b)):
+            who["now"] = name
+            elector.try_acquire_or_renew()
+        if a.is_leader() and b.is_leader():
+            both.append(clock.now - 1000)
+    return both
+
+
+def test_a_renewal_whose_reply_comes_late_is_dated_from_when_it_was_sent(apiserver, monkeypatch):
+    # a's renewal is committed (and seen by b) at t=1, its reply reaches a at t=9, then a is cut off from
+    # the API server: b takes over at t=16, so a must stop leading by then, counting from t=1.
+    clock = Clock()
+    a, b = _two(apiserver, clock)
+    real, who, slow = rest.request, {"now": ""}, {"a": False, "cut": False}
+
+    def request(api: Any, method: str, path: str, **kw: Any) -> Any:
+        if who["now"] == "a" and slow["cut"]:
+            raise errors.UnreachableError(errors.TRANSPORT, "Timeout", "partitioned from the API server")
+        reply = real(api, method, path, **kw)
+        if who["now"] == "a" and slow["a"] and method == "PUT":
+            who["now"] = "b"
+            assert not b.try_acquire_or_renew()
+            who["now"], clock.now = "a", clock.now + 8
+        return reply
+
+    monkeypatch.setattr(rest, "request", request)
+    who["now"] = "a"
+    assert a.try_acquire_or_renew()
+    who["now"] = "b"
+    assert not b.try_acquire_or_renew()
+    clock.now += 1
+    slow["a"], who["now"] = True, "a"
+    assert a.try_acquire_or_renew()
+    slow["cut"] = True
+    assert _overlap(a, b, clock, who) == []
+
+
+def test_another_holders_renewal_is_dated_from_when_our_read_returned(apiserver, monkeypatch):
+    # b's GET is sent at t=1 and answered at t=9 with a's renewal made at t=9; a is then cut off: b must
+    # not take over before a's renew deadline, counting from t=9.
+    clock = Clock()
+    a, b = _two(apiserver, clock)
+    real, who, state = rest.request, {"now": ""}, {"a_down": False, "b_slow": False}
+
+    def request(api: Any, method: str, path: str, **kw: Any) -> Any:
+        if who["now"] == "a" and state["a_down"]:
+            raise errors.UnreachableError(errors.TRANSPORT, "Timeout", "partitioned from the API server")
+        if who["now"] == "b" and state["b_slow"] and method == "GET":
+            state["b_slow"], who["now"], clock.now = False, "a", clock.now + 8
+            assert a.try_acquire_or_renew()
+            state["a_down"], who["now"] = True, "b"
+        return real(api, method, path, **kw)
+
+    monkeypatch.setattr(rest, "request", request)
+    who["now"] = "a"
+    assert a.try_acquire_or_renew()
+    who["now"] = "b"
+    assert not b.try_acquire_or_renew()
+    clock.now += 1
+    state["b_slow"] = True
+    assert not b.try_acquire_or_renew()
+    assert _overlap(a, b, clock, who) == []

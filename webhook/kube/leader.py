@@ -109,6 +109,9 @@ class LeaderElector:
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt to take or keep the Lease; True when we hold it now. API errors count as False."""
+        # A renewal counts from before it was sent: the API may commit it (and followers date it) long
+        # before its reply comes back, and dating it from the reply would let us lead past their expiry.
+        started = self._monotonic()
         try:
             won = self._attempt()
         except errors.ApiError as exc:
@@ -118,7 +121,7 @@ class LeaderElector:
         changed_to: bool | None = None
         with self._lock:
             if won:
-                self._last_renew = now
+                self._last_renew = started
             taken = bool(self.holder) and self.holder != self.settings.identity
             expired = now - self._last_renew >= self.settings.renew_deadline
             lost = self._leading and not won and (taken or expired)
@@ -132,7 +135,7 @@ class LeaderElector:
 
     def _attempt(self) -> bool:
         s = self.settings
-        now_wall, now = self._wall(), self._monotonic()
+        now_wall = self._wall()
         try:
             lease: Obj = rest.request(self.api, "GET", self._path)
         except errors.NotFoundError:
@@ -150,6 +153,9 @@ class LeaderElector:
             self.holder = s.identity
             self._saw(body)
             return True
+        # Another holder's renewal is dated from when its record reached us, not from when we asked: it
+        # may have been made while our GET waited, and dating it earlier would take over too soon.
+        now = self._monotonic()
         self._saw(lease)
         spec = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
