@@ -78,6 +78,8 @@ class _Connection(asyncio.Protocol):
         if not self._streaming:
             self._body.append(body)
             return
+        if self._reply is None or self._reply.done():
+            return  # the stream failed: httptools still parses the rest of this read, which must not apply
         assert self._on_data is not None
         try:
             self._on_data(body)
