@@ -81,6 +81,9 @@ class ExtenderApp:
     # Reads the watches' streams on the app's loop while it runs (attached by the lifespan).
     streamer: asyncdirect.LoopStreamer | None = None
 
+    def __post_init__(self) -> None:
+        self.binder.leading = self.leadership.is_leader  # asked again before every Binding
+
 
 def inspect_json(view: NodeView) -> dict[str, Any]:
     """One node as the original gpushare inspect API wrote it (name, totalGPU, usedGPU, devs), plus ours."""

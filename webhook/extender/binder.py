@@ -49,6 +49,9 @@ class _Outcome:
     unknown: bool = False
 
 
+LOST_LEADERSHIP = "this gpushare extender replica no longer leads (the Lease passed to another); retry"
+
+
 class Binder:
     """Binds pods; idempotent per pod: a bind for a pod that is bound (or being bound) by this extender
     returns that placement's outcome or says where the pod is, and never touches another bind's
@@ -73,6 +76,9 @@ class Binder:
         # the cache counts expires by the monotonic clock, which a step of the wall clock cannot age.
         self._clock_ns = clock_ns
         self._ttl_clock_ns = ttl_clock_ns
+        # Whether this replica still leads (ExtenderApp sets its leadership's): checked before every
+        # Binding, as a retry may come seconds after the bind started and another replica binds then.
+        self.leading: Callable[[], bool] = lambda: True
         self._sleep = sleep
         self._turns = Turns()
         self._locks: dict[str, threading.Lock] = {}
@@ -265,6 +271,9 @@ class Binder:
         for attempt in range(max(1, self.settings.bind_attempts)):
             if attempt:
                 yield Pause(self.settings.bind_backoff_s * 2 ** (attempt - 1))
+            if not self.leading():
+                last = f"binding pod {args.key}: {LOST_LEADERSHIP}"
+                return _Outcome(last + ("; whether it landed is unknown" if unsure else ""), unknown=unsure)
             try:
                 yield CreateBinding(args.pod_namespace, args.pod_name, uid, args.node, wanted)
                 return _Outcome("", landed=True)
