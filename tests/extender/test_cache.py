@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from tests.extender.factory import node, pod
+from webhook.core import allocator, demand
 from webhook.core import annotations as ann
-from webhook.core import demand
+from webhook.extender import scheduling, wire
 from webhook.extender.assumptions import ASSUME_TTL_NS
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
+from webhook.kube import watch
 
 
 def used(cache: Cache, name: str) -> list[int]:
@@ -282,3 +285,38 @@ def test_a_newer_pod_of_the_same_name_replaces_the_reservation_of_a_deleted_one(
     cache.pods_resync([pod("a", 4, uid="uid-newer", node_name="n1", placed={0: {0: 4}}, phase="Running")])
     assert cache.assumed() == {}
     assert used(cache, "n1") == [4]
+
+
+def test_a_relist_drops_reservations_of_pods_gone_before_it_was_asked_for():
+    # Bound here, then deleted while the pod watch was down (no DELETED event will come): the re-list
+    # lacks them. One made before the list was asked for is dropped; one made after may be of a pod
+    # created since, and stays until the watch shows it.
+    cache = fed(node("n1", 16))
+    cache.assume("default/gone", "uid-gone", "n1", ann.Allocation({0: {0: 8}}), now_ns=100)
+    cache.assume("default/new", "uid-new", "n1", ann.Allocation({0: {0: 4}}), now_ns=300)
+    cache.pods_resync([], listed_ns=200)
+    assert cache.assumed() == {"default/new": "n1"}
+    assert used(cache, "n1") == [4]
+
+
+def test_filter_expires_what_no_bind_came_to_expire():
+    # A reservation older than the TTL held the node against every pod that needed its memory: filter
+    # failed them all, so no bind came to expire it.
+    cache = fed(node("n1", 16), pod("b", 16))
+    cache.assume(
+        "default/a",
+        "uid-a",
+        "n1",
+        ann.Allocation({0: {0: 16}}),
+        now_ns=time.monotonic_ns() - ASSUME_TTL_NS - 1,
+    )
+    result = scheduling.filter_nodes(
+        cache, wire.ExtenderArgs(pod("b", 16), ("n1",)), allocator.Policy.BINPACK
+    )
+    assert result["NodeNames"] == ["n1"]
+
+
+def test_a_reservation_outlives_a_silently_stalled_pod_watch():
+    # A pod watch that stalls with its connection open is cut after its read timeout and resumes from
+    # where it was, showing the binds it missed: reservations must count until then, with room to spare.
+    assert 2 * watch.WatchSettings().read_timeout_s <= ASSUME_TTL_NS / 1e9

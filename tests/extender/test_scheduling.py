@@ -3,6 +3,7 @@ ranking after any sequence of cache changes."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from hypothesis import given, settings
@@ -42,7 +43,10 @@ def apply(cache: Cache, op: tuple[Any, ...]) -> None:
         case ("delete-pod", i):
             cache.pod_event(DELETED, pod(f"p{i}", 1))
         case ("assume", i):
-            cache.assume(f"default/q{i}", f"uid-q{i}", NODES[i % len(NODES)], ann.Allocation({0: {0: 2}}), 1)
+            now = time.monotonic_ns()  # a live reservation: filter expires those past the TTL
+            cache.assume(
+                f"default/q{i}", f"uid-q{i}", NODES[i % len(NODES)], ann.Allocation({0: {0: 2}}), now
+            )
         case ("forget", i):
             held = cache.assumption(f"default/q{i}")
             if held is not None:

@@ -132,6 +132,27 @@ def test_expired_watch_relists_and_forgets_pods_deleted_in_the_gap(cluster, exte
     assert pods_watch.stats.lists > lists
 
 
+def test_a_relist_releases_a_pod_bound_here_and_deleted_while_the_watch_was_down(cluster, extender):
+    # Bound by this extender, the watch down before it showed the pod bound, the pod deleted meanwhile and
+    # the history compacted: no DELETED event will come, and the re-list no longer holds the pod.
+    cluster.put(pod("short", 6))
+    cluster.wait_for(lambda: extender.cache.pod("default/short"), what="pod seen")
+    cluster.wait_for(lambda: cluster.open_watches == 2, what="both watches open")
+    before = used(extender, "n1")
+    cluster.delay("watch", "pods", 1.0)  # the pods watch stays away meanwhile
+    cluster.drop_watches()
+    with httpx.Client(base_url=extender.url, timeout=5) as client:
+        assert bind(client, "short", "n1") == ""
+    assert extender.cache.assumed() == {"default/short": "n1"}
+    cluster.remove("pods", "short", "default")
+    cluster.compact()
+    cluster.delay("watch", "pods", 0)
+    cluster.wait_for(
+        lambda: extender.cache.assumed() == {} and used(extender, "n1") == before, what="reservation released"
+    )
+    assert extender.watchers[1].stats.expired >= 1
+
+
 def test_node_gpu_count_change_is_seen_without_restart(cluster, extender):
     cluster.put(node("n2", 16, 16, 16))
     cluster.wait_for(lambda: len(used(extender, "n2")) == 3, what="new GPUs seen")

@@ -65,6 +65,16 @@ def test_first_event_is_a_resync_with_every_object_across_pages(apiserver, mirro
     assert apiserver.requests[("list", "pods")] == 3  # page size 2
 
 
+def test_a_resync_says_when_its_list_was_asked_for(apiserver, mirror, pod_watcher):
+    # Consumers drop what they made before that moment for objects the list lacks (the extender's
+    # reservations of pods deleted while the watch was down).
+    before = time.monotonic_ns()
+    pod_watcher.start()
+    assert pod_watcher.wait_synced(5)
+    [(listed, arrived)] = mirror.listed
+    assert before <= listed <= arrived
+
+
 def test_changes_after_the_list_arrive_in_order(apiserver, mirror, pod_watcher):
     pod_watcher.start()
     assert pod_watcher.wait_synced(5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any
 
 import uvloop
@@ -49,11 +50,13 @@ class Mirror:
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
         self.log: list[tuple[str, str]] = []
+        self.listed: list[tuple[int, int]] = []  # per RESYNC: (its listed_ns, when it arrived)
         self.lock = threading.Lock()
 
     def __call__(self, event: watch.WatchEvent) -> None:
         with self.lock:
             if event.type == watch.RESYNC:
+                self.listed.append((event.listed_ns, time.monotonic_ns()))
                 self.objects = {o["metadata"]["name"]: o for o in event.objects}
                 self.log.append(("RESYNC", ",".join(sorted(self.objects))))
                 return

@@ -9,7 +9,10 @@ from typing import Any
 
 from webhook.core import accounting
 
-ASSUME_TTL_NS = 300 * 10**9  # a bound pod the watch never shows again stops counting after 5 minutes
+# A bound pod the watch never shows stops counting after 15 minutes: longer than a silently stalled pod
+# watch can go unnoticed (WatchSettings.read_timeout_s, 330 s) with room to resume and catch up, so a
+# stall never drops a pod the watch has yet to show bound.
+ASSUME_TTL_NS = 900 * 10**9
 
 
 @dataclass(frozen=True, slots=True)

@@ -183,7 +183,10 @@ class Cache:
                 return
             self._set_record(key, record_of(pod, self.names, self._pods.get(key), self.unit))
 
-    def pods_resync(self, pods: Iterable[Mapping[str, Any]]) -> None:
+    def pods_resync(self, pods: Iterable[Mapping[str, Any]], listed_ns: int = 0) -> None:
+        """The full list. `listed_ns` (monotonic, when it was asked for): assumptions made before it of
+        pods the list lacks are dropped too, as those pods were gone by then (deleted while the watch was
+        down, no DELETED event to come); later ones may be of pods created since."""
         with self._lock:
             seen = set()
             for pod in pods:
@@ -192,6 +195,9 @@ class Cache:
             for gone in set(self._pods) - seen:
                 self._nominations.bury(self._pods[gone].uid)
                 self._set_record(gone, None)
+            for key, assumption in list(self._assumed.items()):
+                if key not in seen and assumption.since_ns < listed_ns:
+                    self._drop_assumption(key)
             self.largest_free()
         self.pods_synced.set()
 

@@ -30,9 +30,9 @@ def filter_nodes(
         # pass nodes that bind then refuses, or fail them all, a fit error on which kube-scheduler may
         # preempt pods. An Error is neither: kube-scheduler retries the pod after its backoff.
         return wire.filter_error(NOT_SYNCED)
-    # Whatever this pod asks: a stale nomination would otherwise hold its memory against it, and against
-    # every pod after it, until some other filter nominates or some bind arrives.
-    cache.expire_nominations(time.monotonic_ns())
+    # Whatever this pod asks: a stale nomination or assumption would otherwise hold its memory against
+    # it, and against every pod after it, until some other filter nominates or some bind arrives.
+    cache.expire_assumptions(time.monotonic_ns())
     try:
         asked, cards = _demands(cache, args.pod)
     except demand.DemandError as err:

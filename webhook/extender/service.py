@@ -100,7 +100,7 @@ class Extender:
 
     def _on_pod(self, event: watch.WatchEvent) -> None:
         if event.type == watch.RESYNC:
-            self.cache.pods_resync(event.objects)
+            self.cache.pods_resync(event.objects, event.listed_ns)
         elif event.object is not None:
             self.cache.pod_event(event.type, event.object)
 

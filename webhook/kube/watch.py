@@ -41,6 +41,9 @@ class WatchEvent:
     object: Obj | None = None
     objects: tuple[Obj, ...] = ()
     resource_version: str = ""
+    # RESYNC: time.monotonic_ns() when the list was asked for. What it lacks was gone by then, so a
+    # consumer may drop what it made before that moment for an object the list does not hold.
+    listed_ns: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,6 +66,11 @@ class WatchSettings:
     page_size: int = 500  # list limit; 0 lists in one reply
     connect_timeout: float = 5.0
     backoff: Backoff = Backoff()
+
+    @property
+    def read_timeout_s(self) -> float:
+        """How long a stream may send nothing before it is cut and resumed: what a silent stall costs."""
+        return self.timeout_seconds + 30.0
 
 
 @dataclasses.dataclass(slots=True)
@@ -186,6 +194,7 @@ class Watcher:
             log.exception("watch %s: handler failed on %s", self.name, event.type)
 
     def _list(self) -> None:
+        listed_ns = time.monotonic_ns()
         items: list[Obj] = []
         query: dict[str, str | int | bool] = dict(self.selectors)
         if self.settings.page_size:
@@ -199,7 +208,11 @@ class Watcher:
             query["continue"] = meta["continue"]
         self.stats.lists += 1
         self.resource_version = str(meta.get("resourceVersion") or "")
-        self._emit(WatchEvent(RESYNC, objects=tuple(items), resource_version=self.resource_version))
+        self._emit(
+            WatchEvent(
+                RESYNC, objects=tuple(items), resource_version=self.resource_version, listed_ns=listed_ns
+            )
+        )
         self.synced.set()
 
     def _get(self, query: dict[str, str | int | bool]) -> Any:
@@ -224,7 +237,7 @@ class Watcher:
         }
         if self.settings.bookmarks:
             query["allowWatchBookmarks"] = True
-        read_timeout = self.settings.timeout_seconds + 30.0
+        read_timeout = self.settings.read_timeout_s
         running = None
         if self.streamer is not None:
             self._pending, self._fed = b"", False  # before the loop may feed it
