@@ -259,3 +259,40 @@ def test_non_object_input_has_no_templates():
 )
 def test_printable_escapes_and_clips(text, limit, expected):
     assert templates.printable(text, limit) == expected
+
+
+def _huge_managed_fields(entries: int) -> dict[str, Any]:
+    fields = {"f:metadata": {"f:labels": {f"f:k{i}": {} for i in range(entries)}}}
+    return {"name": "d", "managedFields": [{"manager": "kubectl", "fieldsV1": fields}]}
+
+
+def test_a_large_metadata_does_not_spend_the_walk_before_the_template():
+    # The object's metadata (here a managedFields list larger than the walk's budget) comes first in the
+    # document and can hold no pod template: a Deployment's template was left unchecked behind it.
+    spec = {"containers": [{"name": "t", "image": "x"}]}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _huge_managed_fields(templates.MAX_NODES + 1),
+        "spec": {"template": {"spec": spec}},
+    }
+    found = templates.scan(deployment)
+    assert [t.path for t in found.templates] == ["spec.template"] and found.truncated is None
+    custom = {"apiVersion": "x.io/v1", "kind": "Trainer", "metadata": deployment["metadata"]}
+    custom["spec"] = {"worker": {"template": {"spec": spec}}}
+    found = templates.scan(custom)
+    assert [t.path for t in found.templates] == ["spec.worker.template"] and found.truncated is None
+
+
+def test_a_known_kinds_template_is_checked_whatever_comes_before_it():
+    spec = {"containers": [{"name": "t", "image": "x"}]}
+    filler = {f"k{i}": {"x": i} for i in range(templates.MAX_NODES)}  # a large field before spec
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "aaa": filler,
+        "spec": {"template": {"spec": spec}},
+    }
+    found = templates.scan(deployment)
+    assert [t.path for t in found.templates] == ["spec.template"]
+    assert found.truncated is not None  # what it could not search is still said

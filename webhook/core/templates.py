@@ -208,6 +208,15 @@ def scan(obj: Mapping[str, Any]) -> Scan:
 
     if visit(obj, ""):
         return Scan(tuple(found), tuple(malformed), None)
+    # A known kind's template first, where it is: what comes before it in the document (a managedFields
+    # list of 100,000 entries) must not spend the budget and leave it unchecked.
+    seen = ""
+    if parts is not None and known is not None:
+        node: object = obj
+        for part in parts:
+            node = node.get(part) if isinstance(node, OBJECT) else None
+        if isinstance(node, OBJECT) and visit(node, known):
+            seen = known
     budget = MAX_NODES
     # Depth-first with one lazy iterator per open container: memory grows with depth, not with width.
     stack: list[tuple[str, int, Iterator[tuple[object, object]]]] = [("", 0, _children(obj))]
@@ -218,8 +227,12 @@ def scan(obj: Mapping[str, Any]) -> Scan:
             stack.pop()
             continue
         key, child = item
-        budget -= 1
+        if not depth and key == "metadata":
+            continue  # the object's own metadata holds no pod template, however large
         child_path = key_path(path, key)
+        if child_path == seen:
+            continue
+        budget -= 1
         if budget < 0:
             truncated = child_path
             break
