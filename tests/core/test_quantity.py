@@ -69,6 +69,14 @@ ERRORS = [
     ("ki", quantity.SUFFIX_ERROR),
     ("1.2.3", quantity.FORMAT_ERROR),
     ("1Gi1", quantity.SUFFIX_ERROR),
+    # No digit, and off the int64 path (too little precision, or a scale under nano): inf.Dec refuses
+    # the empty numeral (k8s.io/apimachinery v0.37.1, checked with a Go program).
+    ("Pi", quantity.NUMERIC_ERROR),
+    ("-Ei", quantity.NUMERIC_ERROR),
+    (".Ei", quantity.NUMERIC_ERROR),
+    ("e-10", quantity.NUMERIC_ERROR),
+    ("-e-12", quantity.NUMERIC_ERROR),
+    ("1e9223372036854775808", quantity.SUFFIX_ERROR),  # past int64: ParseInt fails
 ]
 
 
@@ -103,6 +111,23 @@ def test_canonical_form_keeps_the_suffix_family(text: str, canonical: str) -> No
 def test_sub_nano_values_round_up_instead_of_to_zero() -> None:
     assert quantity.parse("1e-12").value == Fraction(1, 10**9)
     assert quantity.parse("-1e-12").value == Fraction(-1, 10**9)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("Ki", 0),  # on the int64 path the empty numeral is 0, as in Go
+        ("Ti", 0),
+        ("m", 0),
+        ("1e00000000000000000000", 1),  # strconv.ParseInt takes any number of leading zeros
+        ("1e00000000000000000003", 1000),
+        ("1e4294967296", 1),  # then int32() wraps the exponent
+        ("1e4294967299", 1000),
+        ("1e-4294967293", 1000),
+    ],
+)
+def test_odd_spellings_the_api_server_accepts_have_its_value(text: str, value: int) -> None:
+    assert quantity.parse(text).value == value
 
 
 def test_absurd_magnitudes_are_refused_not_computed() -> None:

@@ -240,8 +240,10 @@ def _interpret(suffix: str, text: str) -> tuple[int, int, Format]:
     if len(suffix) > 1 and suffix[0] in "eE":
         digits = suffix[1:]
         body = digits[1:] if digits[:1] in ("+", "-") else digits
-        if body and all(c in _DIGITS for c in body) and len(body) <= 19:
-            exponent = int(digits)
+        # strconv.ParseInt(.., 10, 64): a sign, any number of digits (leading zeros too), within int64;
+        # then int32(parsed), which wraps: "1e4294967296" is 1e0, as the API server reads it.
+        if body and all(c in _DIGITS for c in body) and -(2**63) <= (parsed := int(digits)) < 2**63:
+            exponent = (parsed + 2**31) % 2**32 - 2**31
             if abs(exponent) > _MAX_EXPONENT:
                 raise QuantityError(text, TOO_LARGE_ERROR)
             return 10, exponent, Format.DECIMAL_EXPONENT
@@ -298,9 +300,12 @@ def _parse_general(text: str) -> Quantity:
         mantissa, exp10 = digits * 2**exponent, -len(parts.denom)
 
     # The int64 fast path: when it applies and the input is already canonical, the string is reused.
-    reused = _fast_path_reuses(parts, base, exponent, fmt, digits)
-    if reused:
+    fast = _fast_path_applies(parts, exponent, fmt, digits)
+    if fast and _reused(parts, exponent, fmt, digits):
         return Quantity(sign * mantissa, exp10, fmt, text)
+    if not fast and not any(c in _DIGITS for c in parts.value):
+        # inf.Dec's SetString of "", "." or "-" fails; the fast path reads the same as 0 ("Ki", "m").
+        raise QuantityError(text, NUMERIC_ERROR)
 
     # The inf.Dec path rounds away from zero to nano and caps BinarySI at MaxInt64.
     if exp10 < _NANO and mantissa != 0:
@@ -314,23 +319,23 @@ def _parse_general(text: str) -> Quantity:
     return Quantity(sign * mantissa, exp10, fmt)
 
 
-def _fast_path_reuses(parts: _Parts, base: int, exponent: int, fmt: Format, digits: int) -> bool:
+def _fast_path_applies(parts: _Parts, exponent: int, fmt: Format, digits: int) -> bool:
+    """Whether ParseQuantity takes its int64 path: enough precision, scale at least nano, no overflow."""
     if fmt is Format.BINARY_SI:
         if not (exponent >= 0 and parts.denom == ""):
             return False
         precision = 15 - len(parts.num) - int(exponent * 3 / 10) - 1
-        scale = 0
-        multiplier = 1 << exponent
-    else:
-        precision = 18 - (len(parts.num) + len(parts.denom))
-        scale = exponent - len(parts.denom)
-        multiplier = 1
-    if precision < 0 or scale < _NANO or digits * multiplier > _MAX_INT64:
-        return False
-    shifted = parts.num + parts.denom
+        return precision >= 0 and digits * (1 << exponent) <= _MAX_INT64
+    precision = 18 - (len(parts.num) + len(parts.denom))
+    return precision >= 0 and exponent - len(parts.denom) >= _NANO and digits <= _MAX_INT64
+
+
+def _reused(parts: _Parts, exponent: int, fmt: Format, digits: int) -> bool:
+    """On the int64 path, whether the input is already canonical, so the API server keeps the string."""
     if fmt is Format.BINARY_SI:
         return exponent % 10 == 0 and (digits & 0x07) != 0
-    return scale % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0"
+    shifted = parts.num + parts.denom
+    return (exponent - len(parts.denom)) % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0"
 
 
 def from_json(value: object) -> Quantity:
