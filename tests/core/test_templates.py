@@ -262,7 +262,7 @@ def test_printable_escapes_and_clips(text, limit, expected):
 
 
 def _huge_managed_fields(entries: int) -> dict[str, Any]:
-    fields = {"f:metadata": {"f:labels": {f"f:k{i}": {} for i in range(entries)}}}
+    fields: dict[str, Any] = {"f:metadata": {"f:labels": {f"f:k{i}": {} for i in range(entries)}}}
     return {"name": "d", "managedFields": [{"manager": "kubectl", "fieldsV1": fields}]}
 
 
