@@ -320,3 +320,13 @@ def test_a_reservation_outlives_a_silently_stalled_pod_watch():
     # A pod watch that stalls with its connection open is cut after its read timeout and resumes from
     # where it was, showing the binds it missed: reservations must count until then, with room to spare.
     assert 2 * watch.WatchSettings().read_timeout_s <= ASSUME_TTL_NS / 1e9
+
+
+def test_a_placement_on_a_pod_that_asks_for_nothing_is_not_counted():
+    # Anyone may write the placement annotations on a pod they create: one asking for no GPU memory and
+    # no whole GPU (unseen by the webhook and by quotas) would otherwise fill any GPU for everyone else.
+    forged = pod("forged", 0, node_name="n1", placed={0: {0: 16}}, phase="Running")
+    cache = fed(node("n1", 16), forged)
+    assert used(cache, "n1") == [0]
+    record = cache.pod("default/forged")
+    assert record is not None and record.problem.startswith("carries a gpushare placement but asks for no")

@@ -13,6 +13,8 @@ from typing import Any
 from webhook.core import accounting, demand, resources, wholecards
 from webhook.core import annotations as ann
 
+UNASKED = "carries a gpushare placement but asks for no GPU memory and no whole GPU: not counted"
+
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
@@ -63,6 +65,10 @@ def record_of(
         except demand.DemandError as err:
             asked, demand_error = None, str(err)
     asks = (asked is not None and asked.asks()) or cards.asks()
+    if share is not None and not asks and not demand_error:
+        # Anyone may write these annotations on a pod they create: memory is counted only for a pod that
+        # asks for it (and whose asking the quota and the webhook see), or a tenant could fill any GPU.
+        share, problem = None, UNASKED
     if share is None and not problem and not demand_error and not asks:
         return None
     return PodRecord(
