@@ -36,7 +36,7 @@ from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import forward
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings
-from webhook.serving import h2server, tls
+from webhook.serving import h2server, protocol, tls
 from webhook.serving.server import ServeError, ServeOptions
 
 SERVER_NAME = "gs-gpushare-extender.gpu-system.svc"
@@ -245,3 +245,21 @@ def test_http2_flags_that_cannot_work_together_exit_2_with_the_reason(argv, mess
 
 async def _app(scope: object, receive: object, send: object) -> None:  # never called
     raise AssertionError("not served")
+
+
+def test_a_half_sent_body_is_answered_at_the_body_deadline(extender, pki):
+    # granian sets no deadline on a body: a client that sends half of one and stalls held its stream
+    # (and a graceful stop) forever. The verbs keep AppServer's body deadline themselves.
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    context.load_cert_chain(pki.client_cert, pki.client_key)
+    context.set_alpn_protocols(["http/1.1"])
+    raw = socket.create_connection(("127.0.0.1", extender.server.port), timeout=5)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as conn:
+        head = f"POST {PREFIX}/bind HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n"
+        conn.sendall(head.encode() + b'{"PodName": "a"')
+        started = time.monotonic()
+        conn.settimeout(protocol.Limits().body_timeout_s + 5)
+        answer = conn.recv(65536)
+    assert time.monotonic() - started < protocol.Limits().body_timeout_s + 2
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert b"the client did not send the whole request body within 10 s" in answer

@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from webhook.extender import forward, scheduling, wire
 from webhook.extender.backlog import BindBacklog
 from webhook.serving import body as body_limit
-from webhook.serving import clientauth, fastpath, metrics
+from webhook.serving import clientauth, fastpath, metrics, protocol
 
 if TYPE_CHECKING:
     from webhook.extender.app import ExtenderApp
@@ -158,6 +158,9 @@ class Verbs:
             namespace=METRICS_NAMESPACE,
             registry=ext.registry,
         )
+        # Over --http2 granian sets no deadline on a body, and a half-sent one would hold its stream (and
+        # a graceful stop) forever: AppServer's own body deadline, kept here.
+        self.body_timeout_s = protocol.Limits().body_timeout_s if settings.http2 else None
         prefix = settings.url_prefix.rstrip("/")
         self.endpoints = {
             f"{prefix}/filter": _Endpoint("filter", callers, self.filter, wire.filter_error(UNENCODABLE)),
@@ -171,7 +174,7 @@ class Verbs:
             self.ext.loop_api.close()
 
     async def _args(self, scope: Scope, receive: Receive) -> wire.ExtenderArgs:
-        body = await body_limit.receive_body(scope["headers"], receive, self.limit)
+        body = await body_limit.receive_body(scope["headers"], receive, self.limit, self.body_timeout_s)
         return wire.extender_args(wire.parse_json(body))
 
     async def filter(self, scope: Scope, receive: Receive) -> Answer:
@@ -191,6 +194,9 @@ class Verbs:
         except body_limit.ClientDisconnect:  # nobody reads this answer; not a bug, so no traceback
             outcome = "disconnected"
             result = wire.filter_error(DISCONNECTED)
+        except body_limit.BodyTimeout as err:
+            outcome = "disconnected"
+            result = wire.filter_error(str(err))
         except Exception:  # a bug of ours: still 200 with Error, which kube-scheduler reports on the pod
             log.exception("filter failed")
             outcome = "error"
@@ -209,6 +215,9 @@ class Verbs:
         except body_limit.ClientDisconnect:
             self.stats.observe("prioritize", "disconnected", time.perf_counter() - started)
             return 400, {"Error": DISCONNECTED}
+        except body_limit.BodyTimeout as err:
+            self.stats.observe("prioritize", "disconnected", time.perf_counter() - started)
+            return 400, {"Error": str(err)}
         except Exception:  # no scores: kube-scheduler then ranks nodes without ours
             log.exception("prioritize failed")
             self.stats.observe("prioritize", "error", time.perf_counter() - started)
@@ -219,7 +228,7 @@ class Verbs:
     async def bind(self, scope: Scope, receive: Receive) -> Answer:
         started = time.perf_counter()
         try:
-            body = await body_limit.receive_body(scope["headers"], receive, self.limit)
+            body = await body_limit.receive_body(scope["headers"], receive, self.limit, self.body_timeout_s)
             args = wire.binding_args(wire.parse_json(body))
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             self.stats.observe("bind", "bad_request", time.perf_counter() - started)
@@ -227,6 +236,9 @@ class Verbs:
         except body_limit.ClientDisconnect:
             self.stats.observe("bind", "disconnected", time.perf_counter() - started)
             return 200, wire.binding_result(DISCONNECTED)
+        except body_limit.BodyTimeout as err:
+            self.stats.observe("bind", "disconnected", time.perf_counter() - started)
+            return 200, wire.binding_result(str(err))
         ext = self.ext
         self.backlog.started()
         try:

@@ -7,12 +7,13 @@ webhook's bare endpoints need no Starlette Request; `read_limited` is the same f
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive
 
-__all__ = ["BodyTooLarge", "ClientDisconnect", "read_limited", "receive_body"]
+__all__ = ["BodyTimeout", "BodyTooLarge", "ClientDisconnect", "read_limited", "receive_body"]
 
 
 class BodyTooLarge(Exception):
@@ -23,11 +24,31 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-async def receive_body(headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
+class BodyTimeout(Exception):
+    """The client did not send the whole body in time."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the client did not send the whole request body within {seconds:g} s")
+
+
+async def receive_body(
+    headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int, timeout_s: float | None = None
+) -> bytes:
     """The whole body from `receive`, or BodyTooLarge as soon as it is known to pass `limit` bytes.
 
     `headers` are the scope's raw (name, value) pairs. ClientDisconnect when the client goes away
-    before the last `http.request` message."""
+    before the last `http.request` message; BodyTimeout after `timeout_s`, for a server that enforces no
+    body deadline of its own (granian: serving/h2server.py)."""
+    if timeout_s is None:
+        return await _receive(headers, receive, limit)
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _receive(headers, receive, limit)
+    except TimeoutError:
+        raise BodyTimeout(timeout_s) from None
+
+
+async def _receive(headers: Iterable[tuple[bytes, bytes]], receive: Receive, limit: int) -> bytes:
     for name, value in headers:
         if name == b"content-length":  # the first one, as Starlette's Headers.get reads it
             if value.isdigit() and int(value) > limit:

@@ -13,7 +13,11 @@ It keeps `AppServer`'s contract where granian allows: our own socket (bound in t
 (TlsError) and followed on disk (workers respawned on the same socket once a new pair loads cleanly),
 TLS >= 1.2, a "serving" log line and readiness. What it cannot keep: granian does not show the client
 certificate to the app, so a client CA makes the certificate *required* at the handshake and callers
-are told apart by that CA alone (no names); probes then need a port without client certificates.
+are told apart by that CA alone (no names); probes then need a port without client certificates. Nor
+does granian time a body or an idle connection: the extender's verbs keep the body deadline themselves
+(`serving.body.receive_body`), while a connection that sends nothing holds its place until the client
+goes, and past `max_connections` granian stops accepting rather than answering 503. Hence the client
+CA (the chart's default) in front of it: only kube-scheduler's certificate opens a connection.
 """
 
 from __future__ import annotations
