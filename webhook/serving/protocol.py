@@ -56,7 +56,8 @@ class Limits:
 
 class GuardedProtocol(HttpToolsProtocol):
     """One deadline per connection, re-armed by phase: headers, then body; none while the app answers
-    (its own time) nor between requests (uvicorn's keep-alive timer covers that).
+    (its own time) nor between requests (uvicorn's keep-alive timer covers that). Apart, while the
+    client reads none of the answers written, the body deadline again.
 
     A request that must be refused (bad bytes, a deadline, a cap) is answered after the answers still
     owed to earlier whole requests on the connection (pipelining), then the connection is closed."""
@@ -77,6 +78,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._answering: RequestResponseCycle | None = None  # the request whose app runs
         self._refusal: bytes | None = None  # the closing answer owed once earlier answers are out
         self._reason = _INVALID  # what a refusal from httptools' parser answers
+        self._unread: asyncio.TimerHandle | None = None  # runs while the client reads none of our answers
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         type(self).opened += 1  # only the event loop's thread runs this
@@ -92,7 +94,30 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
         super().connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        # The client reads none of what we send and the transport's buffer is full. uvicorn has no write
+        # timeout: its send would wait to drain for good, holding the connection and a place under
+        # max_connections (a client that pipelines requests and never reads). Past the body deadline it
+        # is dropped.
+        super().pause_writing()
+        if self._unread is None:
+            self._unread = self.loop.call_later(self.limits.body_timeout_s, self._drop_unread)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._unread is not None:
+            self._unread.cancel()
+            self._unread = None
+
+    def _drop_unread(self) -> None:
+        self._unread = None
+        log.debug("closing a connection whose client does not read its answers")
+        self.transport.abort()
 
     def data_received(self, data: bytes) -> None:
         if self.transport.is_closing() or self._refusal is not None:  # what still arrives is not read
