@@ -278,6 +278,19 @@ def _overlap(
     return both
 
 
+def _cut() -> errors.ApiError:
+    return errors.UnreachableError(errors.TRANSPORT, "Timeout", "partitioned from the API server")
+
+
+def _a_leads(a: leader.LeaderElector, b: leader.LeaderElector, clock: Clock, who: dict[str, str]) -> None:
+    """t=0: a takes the Lease, b sees it held; then t=1."""
+    who["now"] = "a"
+    assert a.try_acquire_or_renew()
+    who["now"] = "b"
+    assert not b.try_acquire_or_renew()
+    clock.now += 1
+
+
 def test_a_renewal_whose_reply_comes_late_is_dated_from_when_it_was_sent(apiserver, monkeypatch):
     # a's renewal is committed (and seen by b) at t=1, its reply reaches a at t=9, then a is cut off from
     # the API server: b takes over at t=16, so a must stop leading by then, counting from t=1.
@@ -287,7 +300,7 @@ def test_a_renewal_whose_reply_comes_late_is_dated_from_when_it_was_sent(apiserv
 
     def request(api: Any, method: str, path: str, **kw: Any) -> Any:
         if who["now"] == "a" and slow["cut"]:
-            raise errors.UnreachableError(errors.TRANSPORT, "Timeout", "partitioned from the API server")
+            raise _cut()
         reply = real(api, method, path, **kw)
         if who["now"] == "a" and slow["a"] and method == "PUT":
             who["now"] = "b"
@@ -296,11 +309,7 @@ def test_a_renewal_whose_reply_comes_late_is_dated_from_when_it_was_sent(apiserv
         return reply
 
     monkeypatch.setattr(rest, "request", request)
-    who["now"] = "a"
-    assert a.try_acquire_or_renew()
-    who["now"] = "b"
-    assert not b.try_acquire_or_renew()
-    clock.now += 1
+    _a_leads(a, b, clock, who)
     slow["a"], who["now"] = True, "a"
     assert a.try_acquire_or_renew()
     slow["cut"] = True
@@ -316,7 +325,7 @@ def test_another_holders_renewal_is_dated_from_when_our_read_returned(apiserver,
 
     def request(api: Any, method: str, path: str, **kw: Any) -> Any:
         if who["now"] == "a" and state["a_down"]:
-            raise errors.UnreachableError(errors.TRANSPORT, "Timeout", "partitioned from the API server")
+            raise _cut()
         if who["now"] == "b" and state["b_slow"] and method == "GET":
             state["b_slow"], who["now"], clock.now = False, "a", clock.now + 8
             assert a.try_acquire_or_renew()
@@ -324,11 +333,7 @@ def test_another_holders_renewal_is_dated_from_when_our_read_returned(apiserver,
         return real(api, method, path, **kw)
 
     monkeypatch.setattr(rest, "request", request)
-    who["now"] = "a"
-    assert a.try_acquire_or_renew()
-    who["now"] = "b"
-    assert not b.try_acquire_or_renew()
-    clock.now += 1
+    _a_leads(a, b, clock, who)
     state["b_slow"] = True
     assert not b.try_acquire_or_renew()
     assert _overlap(a, b, clock, who) == []
