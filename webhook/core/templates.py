@@ -153,8 +153,11 @@ def _looks_like_template(node: Mapping[str, Any], loose: bool) -> bool:
     return isinstance(containers, list) and all(isinstance(c, OBJECT) for c in containers)
 
 
-def _known_shape(obj: Mapping[str, Any], parts: tuple[str, ...]) -> tuple[str, Malformed | None]:
-    """Follow a known kind's template path; report the first field there that has the wrong type."""
+def _known_shape(
+    obj: Mapping[str, Any], parts: tuple[str, ...]
+) -> tuple[str, Malformed | None, Mapping[str, Any] | None]:
+    """Follow a known kind's template path; report the first field there that has the wrong type. Also
+    the object found at the end of the path (None when the path ends early)."""
     node: object = obj
     path = ""
     for part in parts:
@@ -162,14 +165,14 @@ def _known_shape(obj: Mapping[str, Any], parts: tuple[str, ...]) -> tuple[str, M
         node = node.get(part)
         path = key_path(path, part)
         if node is None:
-            return path, None
+            return path, None, None
         if not isinstance(node, OBJECT):
-            return path, Malformed(path, "an object", json_type(node))
+            return path, Malformed(path, "an object", json_type(node)), None
     assert isinstance(node, OBJECT)
     spec = node.get("spec")
     if spec is not None and not isinstance(spec, OBJECT):
-        return path, Malformed(join(path, "spec"), "an object", json_type(spec))
-    return path, None  # a misshapen `containers` is the rules' to name (podspec), as the extender does
+        return path, Malformed(join(path, "spec"), "an object", json_type(spec)), node
+    return path, None, node  # a misshapen `containers` is the rules' to name (podspec), as the extender does
 
 
 def _children(node: object) -> Iterator[tuple[object, object]]:
@@ -189,9 +192,10 @@ def scan(obj: Mapping[str, Any]) -> Scan:
             return Scan((PodTemplate("", metadata, spec),), (), None)
     malformed: list[Malformed] = []
     known: str | None = None
+    template: Mapping[str, Any] | None = None
     parts = _known_path(obj)
     if parts is not None:
-        known, problem = _known_shape(obj, parts)
+        known, problem, template = _known_shape(obj, parts)
         if problem is not None:
             malformed.append(problem)
     found: list[PodTemplate] = []
@@ -211,12 +215,8 @@ def scan(obj: Mapping[str, Any]) -> Scan:
     # A known kind's template first, where it is: what comes before it in the document (a managedFields
     # list of 100,000 entries) must not spend the budget and leave it unchecked.
     seen = ""
-    if parts is not None and known is not None:
-        node: object = obj
-        for part in parts:
-            node = node.get(part) if isinstance(node, OBJECT) else None
-        if isinstance(node, OBJECT) and visit(node, known):
-            seen = known
+    if template is not None and known is not None and visit(template, known):
+        seen = known
     budget = MAX_NODES
     # Depth-first with one lazy iterator per open container: memory grows with depth, not with width.
     stack: list[tuple[str, int, Iterator[tuple[object, object]]]] = [("", 0, _children(obj))]

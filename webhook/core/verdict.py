@@ -57,16 +57,14 @@ class Policy:
     # A gpu-mem share or claim under this many MiB is allowed with a warning: it may not hold the CUDA
     # context of the process (0: no warning).
     min_share_mib: int = gpumem.SMALL_SHARE_MIB
-    # Shares of fewer units than this get that warning: 0 when one unit is already enough (GiB).
-    least_units: int = field(init=False, repr=False, compare=False)
+    # MiB in one unit of memory_unit, read once here rather than per review.
+    unit_mib: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        per = ann.unit_mib(self.memory_unit)  # ValueError naming the unit, at startup rather than per review
+        # ValueError naming the unit, at startup rather than per review
+        object.__setattr__(self, "unit_mib", ann.unit_mib(self.memory_unit))
         if self.min_share_mib < 0:
             raise ValueError(f"the least share must be 0 MiB (no warning) or more, got {self.min_share_mib}")
-        object.__setattr__(
-            self, "least_units", -(-self.min_share_mib // per) if self.min_share_mib > per else 0
-        )
 
 
 # TemplateVerdict and Verdict are NamedTuples, not frozen dataclasses: one of each per review, each
@@ -167,11 +165,10 @@ def _small_shares(view: specview.SpecView, policy: Policy) -> list[str]:
         if amount is None or gpumem.memory_problem(amount.raw, amount.parsed, memory, unit) is not None:
             continue  # none asked, or denied by the rules with a fix of their own
         assert not isinstance(amount.parsed, str)
-        units = amount.parsed.to_int()
-        if 0 < units < policy.least_units:
+        mib = amount.parsed.to_int() * policy.unit_mib
+        if gpumem.under_least(mib, policy.min_share_mib):
             who = f'container "{container.name or "?"}"'
-            mib, least = units * ann.unit_mib(unit), gpumem.least_units(policy.min_share_mib, unit)
-            found.append(gpumem.small_share(who, mib, least))
+            found.append(gpumem.small_share(who, mib, gpumem.least_units(policy.min_share_mib, unit)))
     return found
 
 
@@ -189,7 +186,7 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
         asks = decision.value is not None or view.asks_memory() or view.asks_cards()
         scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
         warnings += scheduler_warnings
-    if policy.least_units:  # 0 in GiB: no share is under the least
+    if policy.min_share_mib > policy.unit_mib:  # else no share is under it (GiB and the default 512)
         warnings += _small_shares(view, policy)
     if any(c.other_names for c in view.containers):  # names that might be misspelt GPU names
         warnings += lookalikes.warnings(template.spec, policy.names, view.items)

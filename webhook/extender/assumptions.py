@@ -38,11 +38,9 @@ def replaces(assumption: Assumption, uid: str, created: str, bound: bool) -> boo
     ledger entry per name counts one of the two, so the pod the API shows holding memory is counted, and
     one that holds none leaves the assumption counting (at worst until the assumed pod's own events or
     the TTL: an over-count, never an over-commit)."""
-    if uid in assumption.older:
+    if uid in assumption.older or newer(assumption.created, created):
         return False
-    if created and assumption.created and created != assumption.created:
-        return created > assumption.created
-    return bound
+    return newer(created, assumption.created) or bound
 
 
 def holds(pod: Mapping[str, Any]) -> bool:

@@ -55,7 +55,7 @@ class Cache:
         # Each node's ack.node.gpu.schedule mode, or why its label cannot be read: whole cards on shared
         # nodes are ours to place, on the others NVIDIA's plugin serves them.
         self._modes: dict[str, modes.Mode | str] = {}
-        # Nodes whose mode takes no gpu-mem shares, with the reason filter gives (most clusters: none),
+        # Nodes that take nothing of ours, with the reason filter gives (blocks.py; most clusters: none),
         # and each node's ack.node.gpu.placement policy; both follow label changes at the next event.
         self._blocks = NodeBlocks()
         self._placements: dict[str, allocator.Policy] = {}

@@ -54,6 +54,11 @@ def not_an_allowed_client(name: str, allowed: frozenset[str]) -> str:
     )
 
 
+def _gone(err: body_limit.ClientDisconnect) -> str:
+    """Why the body did not come: the client left, or (a BodyTimeout) stalled past the deadline."""
+    return str(err) if isinstance(err, body_limit.BodyTimeout) else DISCONNECTED
+
+
 def encode(content: Any, fallback: Any = None) -> bytes:
     """`content` as JSON, or `fallback` when it cannot be encoded (filter echoes the Node objects it got,
     and orjson refuses nesting past 254 levels)."""
@@ -191,12 +196,9 @@ class Verbs:
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             outcome = "bad_request"
             result = wire.filter_error(str(err))
-        except body_limit.ClientDisconnect:  # nobody reads this answer; not a bug, so no traceback
+        except body_limit.ClientDisconnect as err:  # nobody reads this answer; not a bug, no traceback
             outcome = "disconnected"
-            result = wire.filter_error(DISCONNECTED)
-        except body_limit.BodyTimeout as err:
-            outcome = "disconnected"
-            result = wire.filter_error(str(err))
+            result = wire.filter_error(_gone(err))
         except Exception:  # a bug of ours: still 200 with Error, which kube-scheduler reports on the pod
             log.exception("filter failed")
             outcome = "error"
@@ -212,12 +214,9 @@ class Verbs:
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             self.stats.observe("prioritize", "bad_request", time.perf_counter() - started)
             return 400, {"Error": str(err)}
-        except body_limit.ClientDisconnect:
+        except body_limit.ClientDisconnect as err:
             self.stats.observe("prioritize", "disconnected", time.perf_counter() - started)
-            return 400, {"Error": DISCONNECTED}
-        except body_limit.BodyTimeout as err:
-            self.stats.observe("prioritize", "disconnected", time.perf_counter() - started)
-            return 400, {"Error": str(err)}
+            return 400, {"Error": _gone(err)}
         except Exception:  # no scores: kube-scheduler then ranks nodes without ours
             log.exception("prioritize failed")
             self.stats.observe("prioritize", "error", time.perf_counter() - started)
@@ -233,12 +232,9 @@ class Verbs:
         except (wire.WireError, body_limit.BodyTooLarge) as err:
             self.stats.observe("bind", "bad_request", time.perf_counter() - started)
             return 200, wire.binding_result(str(err))
-        except body_limit.ClientDisconnect:
+        except body_limit.ClientDisconnect as err:
             self.stats.observe("bind", "disconnected", time.perf_counter() - started)
-            return 200, wire.binding_result(DISCONNECTED)
-        except body_limit.BodyTimeout as err:
-            self.stats.observe("bind", "disconnected", time.perf_counter() - started)
-            return 200, wire.binding_result(str(err))
+            return 200, wire.binding_result(_gone(err))
         ext = self.ext
         self.backlog.started()
         try:

@@ -24,8 +24,8 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-class BodyTimeout(Exception):
-    """The client did not send the whole body in time."""
+class BodyTimeout(ClientDisconnect):
+    """The client did not send the whole body in time: handled as a disconnect, with its own words."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__(f"the client did not send the whole request body within {seconds:g} s")
