@@ -202,6 +202,32 @@ def test_unreachable_leader_is_a_clear_error(replicas):
     assert forwarded_count(follower, forward.UNREACHABLE) == 1
 
 
+def _filter(replica: Replica, name: str, gib: int) -> list[str]:
+    body = {"Pod": pod(name, gib), "NodeNames": ["n1", "n2"]}
+    with httpx.Client(base_url=replica.server.url, timeout=10, verify=False) as client:
+        passed: list[str] = client.post(f"{PREFIX}/filter", json=body).json()["NodeNames"]
+    return passed
+
+
+def test_a_bind_the_leader_could_not_take_leaves_no_nomination_counting(replicas):
+    """The follower's filter counted the pod where it sent it; once the forwarded bind fails, kube-scheduler
+    filters the pod again, so nothing of it may keep counting meanwhile."""
+    follower = replicas(leading=False)
+    follower.url_of_leader = f"http://127.0.0.1:{free_port()}"  # the leader's pod was just killed
+    assert _filter(follower, "a", 5) == ["n1"]
+    assert follower.ext.cache.nominated_allocation("default/a", "uid-a", "n1") is not None
+    assert "ConnectionRefusedError" in follower.post_bind()
+    assert follower.ext.cache.nominated_allocation("default/a", "uid-a", "n1") is None
+
+
+def test_a_bind_the_leader_took_keeps_counting_until_the_watch_shows_it(replicas):
+    leader, follower = replicas(leading=True), replicas(leading=False)
+    follower.url_of_leader = leader.server.url
+    assert _filter(follower, "a", 5) == ["n1"]
+    assert follower.post_bind() == ""
+    assert follower.ext.cache.nominated_allocation("default/a", "uid-a", "n1") is not None
+
+
 def test_a_leader_that_never_answers_times_out_within_the_forward_timeout(replicas):
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

@@ -280,6 +280,11 @@ class Verbs:
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(self.binds, self.forwarder.bind, url, body)
         self.forwarded[result.outcome].inc()
+        if result.outcome != forward.BOUND:
+            # Not bound: kube-scheduler filters the pod again. Its nomination by this replica's filter
+            # would otherwise count for the TTL as memory taken, and kube-scheduler parks the pods that
+            # phantom turns away (found with the leader's pod killed during a burst: tests/cluster).
+            self.ext.cache.drop_nomination(args.key)
         if result.outcome in (forward.BOUND, forward.REFUSED):
             return result.error
         log.warning(
