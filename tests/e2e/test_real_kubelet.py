@@ -8,18 +8,15 @@ Both of our endpoints meet it: gpu-mem and whole cards (nvidia.com/gpu).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
-from tests.e2e import objects, privatekubelet
+from tests.e2e import objects, podresources, privatekubelet
 from tests.e2e.bed import Bed
 from webhook.core import annotations as ann
 from webhook.core import resources
 from webhook.devcluster import kubelet as kubeletmod
-from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
 from webhook.gpus import inventory
 from webhook.kube import rest
 
@@ -65,8 +62,8 @@ def _delete_pods(bed: Bed, kubelet: kubeletmod.Kubelet) -> None:
     bed.wait(
         "the kubelet to let go of the deleted pods",
         lambda: (
-            not _pod_resources(kubelet.pod_resources_socket, resources.GPU_MEMORY)
-            and not _pod_resources(kubelet.pod_resources_socket, resources.NVIDIA_GPU)
+            not podresources.devices(kubelet.pod_resources_socket, resources.GPU_MEMORY)
+            and not podresources.devices(kubelet.pod_resources_socket, resources.NVIDIA_GPU)
         ),
     )
 
@@ -75,20 +72,6 @@ def _allocatable(bed: Bed) -> tuple[str | None, str | None]:
     """The Node's healthy (allocatable) whole cards and gpu-mem devices, as the kubelet last posted."""
     allocatable = bed.request("GET", rest.path("nodes", NODE)).get("status", {}).get("allocatable", {})
     return allocatable.get(resources.NVIDIA_GPU), allocatable.get(resources.GPU_MEMORY)
-
-
-def _pod_resources(socket: Path, resource: str) -> dict[tuple[str, str], list[str]]:
-    """(pod, container) -> device IDs of `resource`, as the kubelet's PodResources List says."""
-    with grpc.insecure_channel(f"unix://{socket}") as channel:
-        stub = api_pb2_grpc.PodResourcesListerStub(channel)
-        reply = stub.List(api_pb2.ListPodResourcesRequest(), timeout=5)
-    found: dict[tuple[str, str], list[str]] = {}
-    for pod in reply.pod_resources:
-        for container in pod.containers:
-            for devices in container.devices:  # one entry per device (or NUMA group) given
-                if devices.resource_name == resource:
-                    found.setdefault((pod.name, container.name), []).extend(devices.device_ids)
-    return found
 
 
 def _create_and_run(bed: Bed, ns: str, *bodies: dict[str, Any]) -> list[Any]:
@@ -121,7 +104,7 @@ def test_the_real_kubelet_advertises_the_plugins_memory_and_gives_each_pod_its_p
     assert bed.wait("gpu-mem from the kubelet", lambda: _allocatable(bed)[1] == "32", timeout=60)
     ns = bed.namespace("e2e-real-kubelet")
     pods = _create_and_run(bed, ns, objects.gpu_pod("big", 12), objects.gpu_pod("small", 6))
-    given = _pod_resources(kubelet.pod_resources_socket, resources.GPU_MEMORY)
+    given = podresources.devices(kubelet.pod_resources_socket, resources.GPU_MEMORY)
     for pod in pods:
         placed = _placed(pod)
         devices = given[(pod["metadata"]["name"], "c0")]
@@ -148,9 +131,9 @@ def test_the_real_kubelet_gives_a_whole_card_pod_the_card_its_placement_names_be
     (share_gpu,) = _placed(pods["share"]).gpu_indexes
     assert card_gpu != share_gpu  # a whole card never shares its GPU
     # The kubelet's own record: the card container holds exactly the card its placement names ...
-    cards = _pod_resources(kubelet.pod_resources_socket, resources.NVIDIA_GPU)
+    cards = podresources.devices(kubelet.pod_resources_socket, resources.NVIDIA_GPU)
     assert cards == {("card", "train"): [inventory.fake_uuid(card_gpu)]}
     # ... and every gpu-mem device of the share lies on the other GPU.
-    memory = _pod_resources(kubelet.pod_resources_socket, resources.GPU_MEMORY)
+    memory = podresources.devices(kubelet.pod_resources_socket, resources.GPU_MEMORY)
     assert len(memory[("share", "c0")]) == 4
     assert {d.split("-_-")[0] for d in memory[("share", "c0")]} == {inventory.fake_uuid(share_gpu)}

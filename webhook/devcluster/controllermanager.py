@@ -34,9 +34,8 @@ def argv(bins: Path, pki: pkimod.Pki, kubeconfig: Path, port: int, workdir: Path
     return [
         str(bins / NAME),
         f"--kubeconfig={kubeconfig}",
-        # No --authentication-kubeconfig: it would read the front-proxy CA of a kube-apiserver started
-        # with --requestheader-client-ca-file, which ours is not, and log an error each second. Without
-        # it only the always-allowed paths answer (/healthz, /readyz, /livez), which is all we read.
+        # No --authentication-kubeconfig: without it only the always-allowed paths answer (/healthz,
+        # /readyz, /livez), which is all we read.
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
         f"--tls-cert-file={cert}",

@@ -8,6 +8,7 @@ controllers, save the two that act on Nodes as if kubelets ran (controllermanage
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
 import ssl
@@ -50,10 +51,22 @@ class ControlPlane:
     processes: list[Process] = field(default_factory=list)
     port: int = 0
     pki: pkimod.Pki | None = None
+    # Where kube-apiserver listens and what it advertises as the `kubernetes` Service's endpoint: loopback
+    # when no pod needs to reach it, the host's end of a node's link when pods run (devcluster/nodenet.py).
+    address: str = "127.0.0.1"
+    service_range: str = SERVICE_RANGE
+    # The cluster's default kube-scheduler, as kubeadm runs it: needed once pods that no test schedules
+    # by hand (DaemonSets, the chart's Deployments, cluster DNS) must reach a node.
+    default_scheduler: bool = False
 
     @property
     def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+        return f"https://{self.address}:{self.port}"
+
+    @property
+    def service_ip(self) -> str:
+        """The `kubernetes` Service's ClusterIP: the first address of the service range."""
+        return str(next(ipaddress.ip_network(self.service_range).hosts()))
 
     @property
     def logs(self) -> Path:
@@ -72,7 +85,7 @@ class ControlPlane:
         return self
 
     def _start(self, timeout: float) -> None:
-        self.pki = pki = pkimod.create(self.workdir / "pki")
+        self.pki = pki = pkimod.create(self.workdir / "pki", (self.address, self.service_ip, "127.0.0.1"))
         client_port, peer_port = free_port(), free_port()
         etcd_url = f"http://127.0.0.1:{client_port}"
         etcd = self._spawn(
@@ -91,16 +104,17 @@ class ControlPlane:
         )
         etcd.wait_until(lambda: _get(f"{etcd_url}/health").get("health") == "true", timeout, "healthy")
         self.port = free_port()
+        kubelet_crt, kubelet_key = pkimod.client(
+            pki, "apiserver-kubelet-client", "kube-apiserver", ["system:masters"]
+        )
         apiserver = self._spawn(
             "kube-apiserver",
             [
                 str(self.bins / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                # From 1.37 the `kubernetes` Service's endpoint reconciler refuses a loopback address; no
-                # pod here reaches the API server through that Service.
-                "--endpoint-reconciler-type=none",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
+                *self._endpoint_reconciler(),
                 f"--secure-port={self.port}",
                 f"--tls-cert-file={pki.crt('apiserver')}",
                 f"--tls-private-key-file={pki.key('apiserver')}",
@@ -109,8 +123,22 @@ class ControlPlane:
                 f"--service-account-issuer={ISSUER}",
                 f"--service-account-key-file={pki.sa_pub}",
                 f"--service-account-signing-key-file={pki.sa_key}",
-                f"--service-cluster-ip-range={SERVICE_RANGE}",
+                f"--service-cluster-ip-range={self.service_range}",
+                # Its identity towards kubelets (logs, exec, port-forward), authorized by their webhook.
+                f"--kubelet-client-certificate={kubelet_crt}",
+                f"--kubelet-client-key={kubelet_key}",
+                # Kubelets are dialled at the address they report, not at a host name no DNS here knows.
+                "--kubelet-preferred-address-types=InternalIP,Hostname",
                 "--authorization-mode=Node,RBAC",
+                # The front proxy, as kubeadm configures it (pki.py): without it, kube-scheduler in a pod
+                # logs "missing content for CA bundle" each time it reads extension-apiserver-authentication.
+                f"--requestheader-client-ca-file={pki.crt('front-proxy-ca')}",
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                f"--proxy-client-cert-file={pki.crt('front-proxy-client')}",
+                f"--proxy-client-key-file={pki.key('front-proxy-client')}",
                 f"--enable-admission-plugins={','.join(_ENABLED_ADMISSION)}",
                 f"--disable-admission-plugins={','.join(_DISABLED_ADMISSION)}",
                 "--allow-privileged=true",  # the device plugin's DaemonSet is privileged
@@ -127,6 +155,51 @@ class ControlPlane:
             },
         )
         self._start_controller_manager(timeout)
+        if self.default_scheduler:
+            self._start_default_scheduler(timeout)
+
+    def _endpoint_reconciler(self) -> list[str]:
+        if ipaddress.ip_address(self.address).is_loopback:
+            # From 1.37 the `kubernetes` Service's endpoint reconciler refuses a loopback address; no pod
+            # reaches an API server on loopback through that Service anyway.
+            return ["--endpoint-reconciler-type=none"]
+        return []  # the default (lease): pods reach it at the Service's ClusterIP
+
+    def _start_default_scheduler(self, timeout: float) -> None:
+        """kube-scheduler as kubeadm starts it: user system:kube-scheduler (the default RBAC binds it),
+        one instance, its probes on loopback at a free port."""
+        assert self.pki is not None
+        crt, key = pkimod.client(self.pki, "kube-scheduler", "system:kube-scheduler", [])
+        kubeconfig = self.write_kubeconfig(
+            self.workdir / "scheduler.kubeconfig",
+            user={"client-certificate": str(crt), "client-key": str(key)},
+        )
+        config = self.workdir / "scheduler.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kubescheduler.config.k8s.io/v1",
+                    "kind": "KubeSchedulerConfiguration",
+                    "clientConnection": {"kubeconfig": str(kubeconfig)},
+                    "leaderElection": {"leaderElect": False},
+                }
+            )
+        )
+        port = free_port()
+        scheduler = self._spawn(
+            "kube-scheduler",
+            [
+                str(self.bins / "kube-scheduler"),
+                f"--config={config}",
+                "--bind-address=127.0.0.1",
+                f"--secure-port={port}",
+                "--profiling=false",
+                "--v=1",
+            ],
+        )
+        scheduler.wait_until(
+            lambda: _healthy_insecure(f"https://127.0.0.1:{port}/healthz"), timeout, "healthy"
+        )
 
     def _start_controller_manager(self, timeout: float) -> None:
         assert self.pki is not None
@@ -210,6 +283,16 @@ class ControlPlane:
         # The API server first, so it never logs a storm of etcd connection errors on the way down.
         for process in reversed(self.processes):
             process.stop()
+
+
+def _healthy_insecure(url: str) -> bool:
+    """A component's /healthz over its self-signed serving certificate (only whether it answers ok)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=2, context=context) as reply:
+        body: bytes = reply.read()
+        return body == b"ok"
 
 
 def _get(url: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -101,13 +102,7 @@ class Kubelet:
         cri = self.workdir / "cri.sock"
         fakecri = self._spawn("fakecri", [str(self.bins / "fakecri"), f"unix://{cri}"])
         fakecri.wait_until(cri.exists, timeout, "listening")
-        # The identity a kubelet has in a real cluster, so Node authorization and NodeRestriction apply.
-        crt, key = pkimod.client(
-            self.cp.pki, f"kubelet-{self.node}", f"system:node:{self.node}", ["system:nodes"]
-        )
-        kubeconfig = self.cp.write_kubeconfig(
-            self.workdir / "kubelet.kubeconfig", user={"client-certificate": str(crt), "client-key": str(key)}
-        )
+        kubeconfig = identity(self.cp, self.node, self.workdir)
         config = self.workdir / "kubelet.yaml"
         config.write_text(yaml.safe_dump(self._config(cri)))
         kubelet = self._spawn(
@@ -125,7 +120,7 @@ class Kubelet:
                 "--v=2",
             ],
         )
-        kubelet.wait_until(self._ready, timeout, "Ready")
+        kubelet.wait_until(lambda: node_ready(self.cp, self.node), timeout, "Ready")
 
     def _namespace(self) -> list[str]:
         """The command that runs the kubelet with `plugin_dir` mounted over the constant folder, in a mount
@@ -149,40 +144,22 @@ class Kubelet:
         ]
 
     def _config(self, cri: Path) -> dict[str, object]:
+        assert self.cp.pki is not None
         return {
-            "apiVersion": "kubelet.config.k8s.io/v1beta1",
-            "kind": "KubeletConfiguration",
-            # Its own API on a free port, with client-certificate authentication only.
+            **base_config(f"unix://{cri}"),
+            # Its own API on a free port (it shares the machine's network), with client-certificate
+            # authentication only.
             "port": free_port(),
-            "readOnlyPort": 0,
             "healthzPort": 0,
             "authentication": {
                 "anonymous": {"enabled": False},
                 "webhook": {"enabled": False},
-                "x509": {"clientCAFile": str(self.cp.pki.ca_crt) if self.cp.pki else ""},
+                "x509": {"clientCAFile": str(self.cp.pki.ca_crt)},
             },
             "authorization": {"mode": "AlwaysAllow"},
-            "containerRuntimeEndpoint": f"unix://{cri}",
-            "imageServiceEndpoint": f"unix://{cri}",
-            "cgroupDriver": "cgroupfs",
-            "failCgroupV1": False,  # the machines here have cgroups v1
             "cgroupsPerQOS": False,
             "enforceNodeAllocatable": [],
-            "failSwapOn": False,
-            # Device-plugin capacity reaches the Node with the next status update: every second here
-            # (default 10 s), posted only when it changed (or each minute), so tests wait seconds.
-            "nodeStatusUpdateFrequency": "1s",
-            "nodeStatusReportFrequency": "1m",
-            "registerNode": True,
         }
-
-    def _ready(self) -> bool:
-        try:
-            node = json.loads(self.cp.get_raw(f"/api/v1/nodes/{self.node}"))
-        except OSError:
-            return False
-        conditions = node.get("status", {}).get("conditions", [])
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
     def _spawn(self, name: str, argv: list[str]) -> Process:
         process = Process(name, argv, self.cp.logs / f"{name}-{self.node}.log").start()
@@ -194,6 +171,51 @@ class Kubelet:
             process.stop(grace=5)
         self.processes.clear()
         unmount_under(self.workdir)
+
+
+def identity(cp: ControlPlane, node: str, workdir: Path) -> Path:
+    """A kubeconfig with the identity a kubelet has in a real cluster (user system:node:<node> in group
+    system:nodes), so Node authorization and NodeRestriction apply to it."""
+    assert cp.pki is not None
+    crt, key = pkimod.client(cp.pki, f"kubelet-{node}", f"system:node:{node}", ["system:nodes"])
+    return cp.write_kubeconfig(
+        workdir / "kubelet.kubeconfig", user={"client-certificate": str(crt), "client-key": str(key)}
+    )
+
+
+def node_ready(cp: ControlPlane, node: str, since: datetime | None = None) -> bool:
+    """Whether Node `node` exists and its kubelet reports it Ready; with `since`, in a status posted at
+    or after that time (a restarted kubelet's, not the Ready its predecessor left)."""
+    try:
+        found = json.loads(cp.get_raw(f"/api/v1/nodes/{node}"))
+    except OSError:
+        return False
+    for condition in found.get("status", {}).get("conditions", []):
+        if condition.get("type") == "Ready" and condition.get("status") == "True":
+            if since is None:
+                return True
+            beat = datetime.fromisoformat(condition.get("lastHeartbeatTime", "1970-01-01T00:00:00Z"))
+            return beat >= since.replace(microsecond=0)
+    return False
+
+
+def base_config(runtime_endpoint: str) -> dict[str, object]:
+    """What every kubelet here is configured with, whatever runs its containers."""
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "readOnlyPort": 0,
+        "containerRuntimeEndpoint": runtime_endpoint,
+        "imageServiceEndpoint": runtime_endpoint,
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,  # the machines here have cgroups v1
+        "failSwapOn": False,
+        # Device-plugin capacity reaches the Node with the next status update: every second here
+        # (default 10 s), posted only when it changed (or each minute), so tests wait seconds.
+        "nodeStatusUpdateFrequency": "1s",
+        "nodeStatusReportFrequency": "1m",
+        "registerNode": True,
+    }
 
 
 def unmount_under(folder: Path) -> None:

@@ -18,7 +18,13 @@ from webhook.core import certificates
 
 # The names a client may dial the API server by; 10.0.0.1 is the `kubernetes` Service's IP in the
 # service range the API server is started with.
-API_DNS_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc")
+API_DNS_NAMES = (
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+)
 API_IPS = ("127.0.0.1", "10.0.0.1")
 
 
@@ -54,15 +60,25 @@ class Pki:
         return certificates.KeyPair(self.ca_crt.read_bytes(), self.ca_key.read_bytes())
 
 
-def create(root: Path) -> Pki:
-    """CA, API server serving pair, admin client pair and service-account key pair under `root`."""
+def create(root: Path, api_ips: tuple[str, ...] = API_IPS) -> Pki:
+    """CA, API server serving pair (for `api_ips` and API_DNS_NAMES), admin client pair and
+    service-account key pair under `root`."""
     root.mkdir(parents=True, exist_ok=True)
     pki = Pki(root)
     now = datetime.now(UTC)
     ca = certificates.generate_ca("gpushare-devcluster-ca", now)
     _write(pki.ca_crt, ca.cert_pem)
     _write(pki.ca_key, ca.key_pem)
-    serving(pki, "apiserver", API_DNS_NAMES, API_IPS)
+    serving(pki, "apiserver", API_DNS_NAMES, api_ips)
+    # The front proxy's own CA and client pair, as kubeadm makes them: the API server publishes that CA
+    # (extension-apiserver-authentication), which components reading their callers' identity from it
+    # (the chart's kube-scheduler) expect to find.
+    front = certificates.generate_ca("gpushare-devcluster-front-proxy-ca", now)
+    _write(pki.crt("front-proxy-ca"), front.cert_pem)
+    _write(pki.key("front-proxy-ca"), front.key_pem)
+    proxy = certificates.generate_client(front, "front-proxy-client", [], now)
+    _write(pki.crt("front-proxy-client"), proxy.cert_pem)
+    _write(pki.key("front-proxy-client"), proxy.key_pem)
     admin = certificates.generate_client(ca, "gpushare-admin", ["system:masters"], now)
     _write(pki.crt("admin"), admin.cert_pem)
     _write(pki.key("admin"), admin.key_pem)

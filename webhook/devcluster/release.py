@@ -96,7 +96,7 @@ class Release:
             # The chart refuses a kube-scheduler image newer than the cluster (its default may be).
             "scheduler": {"mode": "second", "image": {"tag": kube_version(self.cp.bins)}},
         }
-        return _merge(base, overrides)
+        return merge(base, overrides)
 
     def install(self, release: str = RELEASE, namespace: str = NAMESPACE, **overrides: Any) -> None:
         values = self.root / f"values-{release}.json"
@@ -383,12 +383,11 @@ def _on_host(arg: str, files: Mapping[str, Path]) -> str:
     return f"{flag}={mounts.on_host(value, files)}" if eq else arg
 
 
-def _merge(base: Obj, extra: Mapping[str, Any]) -> Obj:
+def merge(base: Obj, extra: Mapping[str, Any]) -> Obj:
+    """`extra` laid over `base`, maps merged key by key, as Helm merges values files."""
     out = dict(base)
     for key, value in extra.items():
         out[key] = (
-            _merge(out[key], value)
-            if isinstance(value, Mapping) and isinstance(out.get(key), dict)
-            else value
+            merge(out[key], value) if isinstance(value, Mapping) and isinstance(out.get(key), dict) else value
         )
     return out

@@ -13,6 +13,7 @@
 {{- end }}
 - --whole-card-resource={{ .Values.gpuResources.wholeCard }}
 - --health-port={{ .Values.devicePlugin.healthPort }}
+{{- include "gpushare.simulatedGpus" . }}
 {{- with .Values.devicePlugin.mps }}
 {{- if .enabled }}
 - --mps
@@ -72,4 +73,11 @@
 {{- else if eq (int .Values.gpuMemory.mibPerDevice) 1 -}}MiB
 {{- else -}}{{ int .Values.gpuMemory.mibPerDevice }}MiB
 {{- end -}}
+{{- end }}
+
+{{/* The node agents' declared GPUs when simulation is on (checks.yaml refuses them otherwise). */}}
+{{- define "gpushare.simulatedGpus" -}}
+{{- if .Values.simulation.enabled }}
+- --fake-gpus={{ .Values.simulation.gpus }}
+{{- end }}
 {{- end }}

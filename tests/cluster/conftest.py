@@ -1,0 +1,84 @@
+"""Fixtures of the suite that runs the chart as users run it: a one-node cluster whose node runs real
+containers (containerd, runc, CNI, kube-proxy, CoreDNS; webhook/devcluster/cluster.py), every image built
+on this machine (scripts/node-images), and the chart installed into it with Helm as pods of our image
+(webhook/devcluster/podrelease.py). Started once for this package and stopped after its last test, so
+the rest of the suite never shares the machine with it. Without root or the binaries the package skips
+with the reason in one line; under CI=true that skip fails (tests/conftest.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+
+import pytest
+
+from tests.cluster.workloads import Workloads
+from webhook.core import resources
+from webhook.devcluster import binaries
+from webhook.devcluster import cluster as clustermod
+from webhook.devcluster.cluster import Cluster
+from webhook.devcluster.podrelease import NAMESPACE, PodRelease
+
+# What a user's GPU node carries (the chart's NOTES): its mode and the isolation pool gpu-mem pods ask for.
+NODE_LABELS = {resources.ACK_SCHEDULE_LABEL: "share", resources.ISOLATION_KEY: "false"}
+_current: list[Cluster] = []
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    kube, runtime = binaries.locate(), binaries.runtime()
+    reason = clustermod.unavailable(kube, runtime)
+    if reason is not None:
+        pytest.skip(f"no node with a container runtime here: {reason}")
+    assert kube is not None and runtime is not None
+    images = clustermod.build_images()
+    found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), labels=NODE_LABELS)
+    _current.append(found)
+    try:
+        yield found.start()
+    finally:
+        _current.remove(found)
+        found.stop()
+
+
+@pytest.fixture(scope="package")
+def chart(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> PodRelease:
+    """The chart installed with Helm 3 and waited for, as a user's `helm install --wait` does."""
+    release = PodRelease(cluster, tmp_path_factory.mktemp("release"))
+    release.install(major=3)
+    return release
+
+
+@pytest.fixture
+def work(chart: PodRelease, request: pytest.FixtureRequest) -> Iterator[Workloads]:
+    """A namespace of the test's own for its pods, deleted (and waited for) afterwards."""
+    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
+    workloads = Workloads(chart, chart.api.namespace(name))
+    try:
+        yield workloads
+    finally:
+        workloads.delete_namespace()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report shows the cluster's pods, recent events and each process's last lines."""
+    report = yield
+    if report.failed and _current and _current[-1].cp is not None:
+        found = _current[-1]
+        sections = [f"logs of every process: {found.workdir}"]
+        for args in (
+            ("get", "pods", "-A", "-o", "wide"),
+            ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+        ):
+            done = found.kubectl(*args, check=False)
+            sections.append(f"--- kubectl {' '.join(args)}\n{(done.stdout + done.stderr)[-4000:]}")
+        done = found.kubectl(
+            "logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=gs", "--tail=8", check=False
+        )
+        sections.append(f"--- our pods' logs (last lines)\n{(done.stdout + done.stderr)[-4000:]}")
+        for process in found.processes:
+            sections.append(f"--- {process.name} (last lines)\n{process.tail(10)}")
+        report.sections.append(("cluster", "\n".join(sections)))
+    return report

@@ -1,0 +1,135 @@
+"""Pods as a user writes them, in a namespace of a test's own, and what their containers report: each
+prints, once, one JSON line with its environment and mount points (`report`), then sleeps, so the
+container keeps running for tests that restart the node beneath it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from webhook.devcluster.cluster import Cluster
+from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
+from webhook.kube import rest
+
+Obj = dict[str, Any]
+T = TypeVar("T")
+REPORT = (
+    "import json, os, time\n"
+    "mounts = [line.split()[1] for line in open('/proc/mounts')]\n"
+    "print(json.dumps({'env': dict(os.environ), 'mounts': mounts}), flush=True)\n"
+    "time.sleep(10**9)\n"
+)
+
+
+def wait(what: str, check: Callable[[], T | None], timeout: float = 120, every: float = 0.5) -> T:
+    """`check()` once it returns something other than None or False; TimeoutError naming `what`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found is not None and found is not False:
+            return found
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not after {timeout:.0f} s")
+        time.sleep(every)
+
+
+def ready(chart: PodRelease, plural: str, part: str) -> tuple[int, int]:
+    """(ready, wanted) pods of the release's Deployment or DaemonSet `part` ("webhook", "device-plugin")."""
+    found = chart.api.request("GET", rest.path(plural, f"{FULLNAME}-{part}", NAMESPACE, group="apps"))
+    status = found["status"]
+    if plural == "daemonsets":
+        return status.get("numberReady", 0), status.get("desiredNumberScheduled", 0)
+    return status.get("readyReplicas", 0), found["spec"]["replicas"]
+
+
+def rolled_out(chart: PodRelease, part: str) -> bool:
+    """Whether Deployment `part` runs only up-to-date pods, all of them ready."""
+    found = chart.api.request("GET", rest.path("deployments", f"{FULLNAME}-{part}", NAMESPACE, group="apps"))
+    status, want = found["status"], found["spec"]["replicas"]
+    return all(status.get(key, 0) == want for key in ("readyReplicas", "updatedReplicas", "replicas"))
+
+
+def our_pods(chart: PodRelease, component: str) -> list[Obj]:
+    """The release's pods of one component ("webhook", "extender", "device-plugin", ...)."""
+    return [
+        p
+        for p in chart.api.pods(NAMESPACE)
+        if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
+    ]
+
+
+@dataclass
+class Workloads:
+    chart: PodRelease
+    namespace: str
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.chart.cluster
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> str:
+        done = self.cluster.kubectl("--namespace", self.namespace, *args, input=input, check=check)
+        return done.stdout + done.stderr if not check else done.stdout
+
+    def pod(self, name: str, limits: Mapping[str, object] | None = None, **spec: Any) -> Obj:
+        """A pod of our image whose container reports its env and mounts, asking `limits`."""
+        names = self.cluster.names
+        container: Obj = {
+            "name": "main",
+            "image": names["gpushare"],
+            "imagePullPolicy": "Never",
+            "command": ["python", "-c", REPORT],
+        }
+        if limits:
+            container["resources"] = {"limits": dict(limits)}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"terminationGracePeriodSeconds": 1, "containers": [container], **spec},
+        }
+
+    def apply(self, *bodies: Obj) -> str:
+        """`kubectl apply` of `bodies`, as a user applies a manifest; its output (stderr included when
+        it fails, without raising)."""
+        manifest = "\n---\n".join(json.dumps(body) for body in bodies)
+        done = self.cluster.kubectl("apply", "-f", "-", input=manifest, check=False)
+        return done.stdout + done.stderr
+
+    def get(self, name: str, plural: str = "pods", group: str = "") -> Obj:
+        found: Obj = self.chart.api.request("GET", rest.path(plural, name, self.namespace, group=group))
+        return found
+
+    def running(self, name: str, timeout: float = 120) -> Obj:
+        """Pod `name` once its containers run (or TimeoutError, with its conditions)."""
+
+        def check() -> Obj | None:
+            found = self.get(name)
+            statuses = found["status"].get("containerStatuses") or []
+            return found if statuses and all("running" in s.get("state", {}) for s in statuses) else None
+
+        try:
+            return wait(f"pod {name} running", check, timeout)
+        except TimeoutError as err:
+            raise TimeoutError(f"{err}; status: {json.dumps(self.get(name)['status'])[:2000]}") from None
+
+    def report(self, name: str, timeout: float = 60) -> Obj:
+        """What pod `name`'s container printed: {"env": {...}, "mounts": [...]}."""
+
+        def check() -> Obj | None:
+            text = self.kubectl("logs", name, check=False)
+            for line in text.splitlines():
+                if line.startswith("{"):
+                    parsed: Obj = json.loads(line)
+                    return parsed
+            return None
+
+        return wait(f"pod {name}'s report", check, timeout)
+
+    def delete_namespace(self) -> None:
+        self.cluster.kubectl(
+            "delete", "namespace", self.namespace, "--wait=true", "--timeout=180s", check=False
+        )

@@ -1,0 +1,149 @@
+"""A one-node cluster whose node runs real containers: the control plane on this host (with the default
+kube-scheduler), a node in namespaces of its own with containerd, the kubelet and kube-proxy
+(node.py), and cluster DNS (clusterdns.py). Every image it runs was built here (scripts/node-images);
+nothing is pulled. The end-to-end tests of the chart as pods (tests/cluster) and `gpushare demo` use it.
+
+    cluster = Cluster(kube_bins, runtime_bins, images, workdir).start()
+    cluster.kubectl("get", "pods", "-A")
+    cluster.stop()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from webhook.devcluster import binaries, clusterdns, helm, nodenet
+from webhook.devcluster.controlplane import ControlPlane
+from webhook.devcluster.node import RuntimeNode
+from webhook.devcluster.nodenet import NodeNamespaces
+from webhook.devcluster.process import Process
+
+NODE = "gpu-node"
+
+
+def unavailable(kube_bins: Path | None, runtime_bins: Path | None) -> str | None:
+    """Why no such cluster can run here (one line), or None when it can."""
+    reason = nodenet.unavailable()
+    if reason is not None:
+        return reason
+    if kube_bins is None or not binaries.complete(kube_bins, binaries.NAMES + binaries.NODE_NAMES):
+        return "kube-apiserver, kubelet, kube-proxy or kubectl is not built: run `bash scripts/kube-bins`"
+    if runtime_bins is None:
+        return "containerd, the CNI plugins or CoreDNS is not built: run `bash scripts/runtime-bins`"
+    for tool in ("runc", "iptables"):
+        if not any(Path(folder, tool).exists() for folder in os.get_exec_path()):
+            return f"{tool} is not installed: `bash scripts/runtime-bins --packages` installs it"
+    return None
+
+
+def build_images(timeout: float = 1800) -> Path:
+    """scripts/node-images: every image the node runs, built here from pinned binaries and this
+    checkout; the folder of their archives."""
+    done = subprocess.run(
+        ["bash", str(helm.ROOT / "scripts" / "node-images")],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"scripts/node-images failed:\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def image_names(images: Path) -> dict[str, str]:
+    """Role (pause, coredns, kube-scheduler, gpushare) -> image name, from the folder's `names`."""
+    pairs = (line.split(maxsplit=1) for line in (images / "names").read_text().splitlines() if line.strip())
+    return {role: name for role, name in pairs}
+
+
+@dataclass
+class Cluster:
+    kube_bins: Path
+    runtime_bins: Path
+    images: Path  # scripts/node-images' folder
+    workdir: Path
+    labels: Mapping[str, str] = field(default_factory=dict)  # the node's, at registration
+    net: NodeNamespaces | None = None
+    cp: ControlPlane | None = None
+    node: RuntimeNode | None = None
+
+    @property
+    def names(self) -> dict[str, str]:
+        return image_names(self.images)
+
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.cp is not None, "start() first"
+        return self.cp.admin_kubeconfig
+
+    @property
+    def processes(self) -> list[Process]:
+        """Every long-running process of the cluster, for post-mortems."""
+        return [*(self.cp.processes if self.cp else []), *(self.net.processes if self.net else [])]
+
+    def start(self, timeout: float = 180) -> Cluster:
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        self.net = net = NodeNamespaces(self.workdir / "node").start()
+        self.cp = ControlPlane(
+            self.kube_bins,
+            self.workdir / "controlplane",
+            address=net.host_ip,
+            service_range=net.service_cidr,
+            default_scheduler=True,
+        ).start()
+        self.node = RuntimeNode(
+            self.kube_bins,
+            self.runtime_bins,
+            self.cp,
+            net,
+            images=sorted(self.images.glob("*.tar")),
+            sandbox_image=self.names["pause"],
+            name=NODE,
+            labels=self.labels,
+        ).start(timeout)
+        dns = clusterdns.manifests(self.names["coredns"], net.dns_ip)
+        self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(dns))
+        self.kubectl(
+            "rollout",
+            "status",
+            "-n",
+            clusterdns.NAMESPACE,
+            f"deployment/{clusterdns.NAME}",
+            f"--timeout={timeout:.0f}s",
+            timeout=timeout + 10,
+        )
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """kubectl as the cluster's admin; RuntimeError with its stderr when it fails and `check`."""
+        argv = [str(self.kube_bins / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args]
+        done = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
+        return done
+
+    def stop(self) -> None:
+        """Everything ended, the node first; each step runs even if one before it failed."""
+        with contextlib.ExitStack() as steps:
+            if self.net is not None:  # the images' layers (~1 GB), once no mount holds them; logs stay
+                steps.callback(shutil.rmtree, self.net.workdir / "containerd" / "root", ignore_errors=True)
+            for part in (self.net, self.cp, self.node):  # run last to first
+                if part is not None:
+                    steps.callback(part.stop)
