@@ -30,6 +30,7 @@ CLI_MODULES = {
     "extender": "serve_extender",
     "device-plugin": "serve_device_plugin",
     "ensure-certs": "ensure_certs",
+    "dra-driver": "serve_dra_driver",
 }
 
 

@@ -78,10 +78,13 @@ def bins(request: pytest.FixtureRequest, kube_bins: Path, tmp_path: Path) -> Pat
 
 
 def test_demo_on_the_real_control_plane_refuses_places_shows_the_table_and_ctrl_c_stops_it_all(
-    bins: Path, tmp_path: Path
+    bins: Path, kube_bins: Path, tmp_path: Path
 ) -> None:
     runs = kubelet.private_available(bins) is None  # root, with kubelet and fakecri built
-    demo = Demo("--workdir", str(tmp_path / "demo"), env={"GPUSHARE_KUBE_BINS": str(bins)})
+    # With every binary, the demo would take a node that runs containers (tests/cluster/test_demo.py):
+    # here, its kubelets on the fake runtime; without the kubelet, it says in one line why it cannot.
+    flags = ("--fake-runtime",) if bins == kube_bins else ()
+    demo = Demo("--workdir", str(tmp_path / "demo"), *flags, env={"GPUSHARE_KUBE_BINS": str(bins)})
     demo.wait_for("Ctrl-C stops it all.", timeout=240)
     try:
         out = demo.output
@@ -99,6 +102,7 @@ def test_demo_on_the_real_control_plane_refuses_places_shows_the_table_and_ctrl_
             assert "A real kubelet per node, on the CRI fake runtime" in out
             assert "kubelet gpu-node-1: registered" in out and "kubelet gpu-node-2: registered" in out
         else:
+            assert "gpushare demo: no node that runs containers here (" in out
             assert "No kubelet runs (" in out
             assert "placed pods stay PENDING" in out
         assert "Allocated/Total GPU Memory In Cluster (GiB):\n34/56 (60%)" in out

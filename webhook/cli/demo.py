@@ -20,14 +20,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpushare demo",
         formatter_class=helpformat.DefaultsFormatter,
         description="A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
-        "and kube-scheduler when `bash scripts/kube-bins` built them (else the API stand-in), with a real "
-        "kubelet per node on a fake runtime when run as root, the webhook, the extender and a device "
-        "plugin with fake GPUs per node; GPU pods, one refused with the webhook's message, and the "
-        "`gpushare inspect` table. Ctrl-C stops everything.",
+        "and kube-scheduler when `bash scripts/kube-bins` built them (else the API stand-in); as root with "
+        "`bash scripts/runtime-bins` built, a node that runs containers with the chart's parts as pods of "
+        "our image, else a real kubelet per node on a fake runtime (root) and our parts on this host; fake "
+        "GPUs; GPU pods, one refused with the webhook's message, and the `gpushare inspect` table. Ctrl-C "
+        "stops everything.",
     )
     p.add_argument("--once", action="store_true", help="exit after showing the table (scripts, tests)")
     p.add_argument(
         "--standin", action="store_true", help="use the API stand-in even when the real binaries are built"
+    )
+    p.add_argument(
+        "--fake-runtime",
+        action="store_true",
+        help="kubelets on the CRI fake runtime and our parts on this host, even where a node could run "
+        "containers",
     )
     p.add_argument(
         "--workdir",
@@ -43,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     settings = demo.DemoSettings(
-        once=args.once, standin=args.standin, workdir=args.workdir, timeout_s=args.timeout
+        once=args.once,
+        standin=args.standin,
+        fake_runtime=args.fake_runtime,
+        workdir=args.workdir,
+        timeout_s=args.timeout,
     )
     try:
         return demo.run(settings)

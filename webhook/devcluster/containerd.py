@@ -13,6 +13,7 @@ node.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Iterable
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from webhook.devcluster.nodenet import NodeNamespaces
-from webhook.devcluster.process import Process
+from webhook.devcluster.process import Process, child_env
 
 NAMESPACE = "k8s.io"  # containerd's namespace of the CRI plugin: the kubelet's images and containers
 CNI_NETWORK = "gpushare-node"
@@ -39,7 +40,7 @@ class Containerd:
 
     @property
     def socket(self) -> Path:
-        return self.root / "containerd.sock"
+        return self.node.sockets / "containerd.sock"
 
     @property
     def endpoint(self) -> str:
@@ -107,7 +108,10 @@ state = "{self.root / "state"}"
         self.process = self.node.spawn(
             "containerd",
             [str(self.bins / "bin" / "containerd"), "--config", str(config), "--log-level", "warn"],
-            env={"PATH": f"{self.bins / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+            # It starts the shims by name: ours first on its PATH.
+            env=child_env(
+                {"PATH": f"{self.bins / 'bin'}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+            ),
         )
         self.process.wait_until(lambda: self.ctr("version").returncode == 0, timeout, "serving")
         return self

@@ -1,10 +1,12 @@
 """`gpushare demo`: a small GPU cluster on this machine, then the webhook refusing a pod, the extender
 placing the others, and the `gpushare inspect` table.
 
-The real control plane when `scripts/kube-bins` built it and Helm is there (`demo_real`), with a real
-kubelet per node (fake runtime) where root may run one, else the API stand-in, said so on screen
-(`demo_standin`). Whatever happens, every child is stopped before returning: Ctrl-C (KeyboardInterrupt,
-exit 130 in the CLI) and SIGTERM (exit 0) included.
+The real control plane when `scripts/kube-bins` built it and Helm is there: on a node that runs containers,
+the chart's parts as pods (`demo_pods`), where root may run one and `scripts/runtime-bins` built its pieces;
+else (said in one line why) with our parts on this host and a real kubelet per node on the CRI fake runtime
+where root may run one (`demo_real`); else the API stand-in, said so on screen (`demo_standin`). Whatever
+happens, every child is stopped before returning: Ctrl-C (KeyboardInterrupt, exit 130 in the CLI) and
+SIGTERM (exit 0) included.
 """
 
 from __future__ import annotations
@@ -25,30 +27,35 @@ import kubernetes.client
 
 from webhook.core import annotations as ann
 from webhook.core import resources
-from webhook.devcluster import binaries, demo_real, demo_standin, helm, objects, release
+from webhook.devcluster import (
+    binaries,
+    cluster,
+    demo_pods,
+    demo_real,
+    demo_standin,
+    demoplan,
+    helm,
+    objects,
+    release,
+)
 from webhook.devcluster import kubelet as kubeletmod
 from webhook.kube import rest
 
 Obj = dict[str, Any]
-NAMESPACE = "demo"
-# (node, fake GPUs as the device plugin's --fake-gpus takes them: index:GiB)
-NODES = (("gpu-node-1", "0:16,1:16"), ("gpu-node-2", "0:24"))
-# (pod, GiB of aliyun.com/gpu-mem): each fits whatever GPUs the others took, in any order.
-PODS = (("train-a", 12), ("train-b", 10), ("infer", 8), ("notebook", 4))
-REFUSED = ("half-gpu", resources.NVIDIA_GPU, "0.5")
-NODE_LABELS = {"gpushare": "true", "cgpu.disable.isolation": "false"}
 
 
 @dataclass(frozen=True, slots=True)
 class DemoSettings:
     once: bool = False  # stop after the table instead of waiting for Ctrl-C
     standin: bool = False  # the stand-in even when the real binaries are built
+    fake_runtime: bool = False  # kubelets on the CRI fake runtime even where a node could run containers
     workdir: Path | None = None  # logs, certificates, kubeconfigs (default: a new temporary folder)
     timeout_s: float = 90.0  # for each wait: parts ready, pods placed
 
 
 class Cluster(Protocol):
     kubelets: bool  # a real kubelet runs each node (it registers the Node, and runs the pods)
+    nodes: tuple[tuple[str, str], ...]  # (node, its GPUs as --fake-gpus takes them)
 
     @property
     def api(self) -> kubernetes.client.ApiClient: ...
@@ -62,6 +69,7 @@ class Cluster(Protocol):
     def inspect_args(self) -> list[str]: ...
     def kubeconfig_hint(self) -> str: ...
     def dead(self) -> str: ...
+    def after(self, placed: list[Obj], say: Callable[[str], None]) -> None: ...
     def stop(self) -> None: ...
 
 
@@ -110,6 +118,13 @@ def choose(settings: DemoSettings, workdir: Path, say: Callable[[str], None]) ->
             "as bash scripts/test does"
         )
     if bins is not None and not missing and not settings.standin:
+        if not settings.fake_runtime:
+            runtime = binaries.runtime()
+            why_not = cluster.unavailable(bins, runtime)
+            if why_not is None and runtime is not None:
+                say(f"gpushare demo: {demo_pods.description(bins, runtime)}")
+                return demo_pods.PodsCluster(bins, runtime, workdir, say)
+            say(f"gpushare demo: no node that runs containers here ({why_not}).")
         no_kubelet = kubeletmod.private_available(bins)
         say(f"gpushare demo: {demo_real.description(bins, no_kubelet)}")
         return demo_real.RealCluster(bins, workdir, say, kubelets=no_kubelet is None)
@@ -121,9 +136,9 @@ def choose(settings: DemoSettings, workdir: Path, say: Callable[[str], None]) ->
 
 def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -> None:
     """Nodes with their device plugins, the pods, the refusal, the placements and the table."""
-    for name, fake in NODES:
+    for name, fake in cluster.nodes:
         gpus = _sizes(fake)
-        labels = {**NODE_LABELS, resources.GPU_COUNT_LABEL: str(len(gpus))}
+        labels = {**demoplan.NODE_LABELS, resources.GPU_COUNT_LABEL: str(len(gpus))}
         if not cluster.kubelets:  # else the kubelet registers its Node, its capacity from the plugin
             objects.gpu_node(cluster.api, name, len(gpus), max(gpus), labels)
         cluster.start_node(name, fake, labels)
@@ -131,22 +146,22 @@ def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -
         cluster,
         settings,
         "the device plugins to publish their GPUs",
-        lambda: all(_published(cluster, name, sum(_sizes(fake))) for name, fake in NODES),
+        lambda: all(_published(cluster, name, sum(_sizes(fake))) for name, fake in cluster.nodes),
     )
-    for name, fake in NODES:
+    for name, fake in cluster.nodes:
         say(f"node {name}: GPUs {fake.replace(',', ', ')} (index:GiB), device plugin with --fake-gpus {fake}")
-    cluster.namespace(NAMESPACE)
+    cluster.namespace(demoplan.NAMESPACE)
     say("")
-    for name, gib in PODS:
-        denial = cluster.create_pod(NAMESPACE, _pod(name, {resources.GPU_MEMORY: str(gib)}))
+    for name, gib in demoplan.PODS:
+        denial = cluster.create_pod(demoplan.NAMESPACE, _pod(name, {resources.GPU_MEMORY: str(gib)}))
         if denial:
             raise DemoError(f"pod {name} was refused: {denial}")
-        say(f"pod {NAMESPACE}/{name}: {resources.GPU_MEMORY}: {gib} created")
-    name, resource, value = REFUSED
-    denial = cluster.create_pod(NAMESPACE, _pod(name, {resource: value}))
+        say(f"pod {demoplan.NAMESPACE}/{name}: {resources.GPU_MEMORY}: {gib} created")
+    name, resource, value = demoplan.REFUSED
+    denial = cluster.create_pod(demoplan.NAMESPACE, _pod(name, {resource: value}))
     if not denial:
         raise DemoError(f"pod {name} ({resource}: {value}) was admitted; the webhook should refuse it")
-    say(f"pod {NAMESPACE}/{name}: {resource}: {value} REFUSED:")
+    say(f"pod {demoplan.NAMESPACE}/{name}: {resource}: {value} REFUSED:")
     say("\n".join(f"  {line}" for line in denial.splitlines()))
     say("")
     what = "every pod to be placed" + (" and Running" if cluster.kubelets else "")
@@ -167,16 +182,7 @@ def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -
     if table.returncode != 0:
         raise DemoError(f"gpushare inspect failed: {table.stderr.strip()}")
     say(table.stdout.rstrip())
-    if cluster.kubelets:
-        say(
-            "(A real kubelet runs each node on the CRI fake runtime: it called the device plugins' Allocate "
-            "and the pods are Running, though no container runs.)"
-        )
-    else:
-        say(
-            "(No kubelet runs here: no container starts, so the device plugins' Allocate is never called "
-            "and placed pods stay PENDING.)"
-        )
+    cluster.after(placed, say)
 
 
 def _sizes(fake_gpus: str) -> list[int]:
@@ -195,9 +201,9 @@ def _published(cluster: Cluster, node: str, gib: int) -> bool:
 
 def _placed(cluster: Cluster) -> list[Obj]:
     """The demo's pods, once all are bound (and Running, where kubelets run them)."""
-    cluster.schedule(NAMESPACE)
-    pods = list(rest.list_all(cluster.api, rest.path("pods", namespace=NAMESPACE)))
-    done = len(pods) == len(PODS) and all(p["spec"].get("nodeName") for p in pods)
+    cluster.schedule(demoplan.NAMESPACE)
+    pods = list(rest.list_all(cluster.api, rest.path("pods", namespace=demoplan.NAMESPACE)))
+    done = len(pods) == len(demoplan.PODS) and all(p["spec"].get("nodeName") for p in pods)
     if cluster.kubelets:
         done = done and all(p.get("status", {}).get("phase") == "Running" for p in pods)
     return sorted(pods, key=lambda p: str(p["metadata"]["name"])) if done else []

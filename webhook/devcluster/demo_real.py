@@ -16,10 +16,9 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.devcluster import process, release
+from webhook.devcluster import demoplan, process, release
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.kubelet import Kubelet
-from webhook.kube import errors, rest
 
 Obj = dict[str, Any]
 
@@ -40,6 +39,8 @@ def description(bins: Path, no_kubelet: str | None) -> str:
 
 
 class RealCluster:
+    nodes = demoplan.NODES
+
     def __init__(self, bins: Path, workdir: Path, say: Callable[[str], None], kubelets: bool) -> None:
         self.cp = ControlPlane(bins, workdir / "controlplane")
         self.workdir = workdir
@@ -101,14 +102,7 @@ class RealCluster:
         self.release.namespace(name)
 
     def create_pod(self, namespace: str, body: Obj) -> str:
-        """Create `body` through the API server; the denial message, or "" when it was created."""
-        try:
-            self.release.request("POST", rest.path("pods", namespace=namespace), body=body)
-        except errors.ApiError as err:
-            if "denied the request" in err.message:
-                return err.message
-            raise
-        return ""
+        return self.release.create_pod(namespace, body)
 
     def schedule(self, namespace: str) -> None:
         """kube-scheduler does it."""
@@ -119,6 +113,18 @@ class RealCluster:
 
     def inspect_args(self) -> list[str]:
         return ["--kubeconfig", str(self.cp.admin_kubeconfig)]
+
+    def after(self, placed: list[Obj], say: Callable[[str], None]) -> None:
+        if self.kubelets:
+            say(
+                "(A real kubelet runs each node on the CRI fake runtime: it called the device plugins' "
+                "Allocate and the pods are Running, though no container runs.)"
+            )
+        else:
+            say(
+                "(No kubelet runs here: no container starts, so the device plugins' Allocate is never "
+                "called and placed pods stay PENDING.)"
+            )
 
     def kubeconfig_hint(self) -> str:
         return f"--kubeconfig {self.cp.admin_kubeconfig}"

@@ -20,7 +20,7 @@ from typing import Any
 import jsonpatch
 import kubernetes.client
 
-from webhook.devcluster import objects, process, release
+from webhook.devcluster import demoplan, objects, process, release
 from webhook.devcluster.controlplane import free_port
 from webhook.devcluster.process import Process
 from webhook.devcluster.standin.apiserver import ApiServer
@@ -36,6 +36,7 @@ DESCRIPTION = """the API STAND-IN (webhook/devcluster/standin), not Kubernetes.
 
 class StandinCluster:
     kubelets = False
+    nodes = demoplan.NODES
 
     def __init__(self, workdir: Path, say: Callable[[str], None]) -> None:
         self.workdir = workdir
@@ -139,6 +140,12 @@ class StandinCluster:
 
     def kubeconfig_hint(self) -> str:
         return f"--server {self.server.url}"
+
+    def after(self, placed: list[Obj], say: Callable[[str], None]) -> None:
+        say(
+            "(No kubelet runs here: no container starts, so the device plugins' Allocate is never "
+            "called and placed pods stay PENDING.)"
+        )
 
     def stop(self) -> None:
         for child in reversed(self.processes):

@@ -16,8 +16,10 @@ import contextlib
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,6 +59,8 @@ class NodeNamespaces:
     workdir: Path
     slot: int = 0
     holder: Process | None = None
+    # Short, for the node's unix sockets (at most 107 bytes a path; a pytest workdir can be longer).
+    sockets: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpushare-node-", dir="/tmp")))
     processes: list[Process] = field(default_factory=list)
 
     # -- addresses ----------------------------------------------------------------------------------
@@ -190,6 +194,7 @@ class NodeNamespaces:
         self.holder = None
         if self.slot:
             subprocess.run(["ip", "link", "del", self.host_link], capture_output=True, check=False)
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
 
 def kill_namespace(holder: int) -> None:
