@@ -177,6 +177,20 @@ def test_placing_the_same_pod_twice_replaces_it_and_release_is_idempotent():
     assert ledger.pods_on(0) == ()
 
 
+def test_each_gpu_counts_the_pods_holding_it_once_however_many_containers_they_put_there():
+    # Spread minimises these counts: a pod is one share of each GPU it holds memory on.
+    pods = [
+        pod("two-containers", {0: {0: 2}, 1: {0: 3}}),
+        pod("two-gpus", {0: {0: 4, 1: 4}}),
+        pod("one", {0: {2: 1}}),
+    ]
+    ledger, _ = accounting.build(node(devices=devices_json(16, 16, 16, 16)), pods)
+    assert [(g.used, g.shares) for g in ledger.gpus()] == [(9, 2), (4, 1), (1, 1), (0, 0)]
+    ledger.release("ns/two-gpus")
+    ledger.place(accounting.PodShare("ns/nominated", "u", ann.Allocation({0: {3: 2}}), assumed=True))
+    assert [g.shares for g in ledger.gpus()] == [1, 0, 1, 1]
+
+
 def test_memory_on_a_gpu_the_node_lost_is_reported_and_counts_again_when_it_returns():
     ledger, _ = accounting.build(node(devices=devices_json(8, 8)), [pod("a", {0: {1: 4}})])
     ledger.set_devices(accounting.node_devices(node(devices=devices_json(8))))

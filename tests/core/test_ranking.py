@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import allocator, ranking
+from webhook.core import allocator, ranking, spreading
 from webhook.core.accounting import Gpu
 from webhook.core.allocator import Fit, Policy
 from webhook.core.demand import GpuMemoryDemand
@@ -101,15 +101,21 @@ def test_scores_never_reach_zero_for_a_node_the_pod_fits():
     assert min(scores.values()) == 1
 
 
-free_lists = st.lists(st.integers(0, 32), min_size=0, max_size=8)
+# Each GPU's free memory and the shares (pods) on it: what spread ranks by.
+load_lists = st.lists(st.tuples(st.integers(0, 32), st.integers(0, 3)), min_size=0, max_size=8)
+
+
+def node_of(loads: list[tuple[int, int]]) -> list[Gpu]:
+    return [Gpu(i, 32, 32 - f, True, shares=held) for i, (f, held) in enumerate(loads)]
 
 
 @settings(max_examples=400, deadline=None)
-@given(free=free_lists, need=st.integers(1, 32), policy=st.sampled_from(list(Policy)))
-def test_quick_rank_is_rank_for_a_one_container_pod(free, need, policy):
-    node = [Gpu(i, 32, 32 - f, True) for i, f in enumerate(free)]
-    free_asc = tuple(sorted(free))
-    assert ranking.quick_rank(need, free_asc, policy) == ranking.rank(demand(need), node, policy)
+@given(loads=load_lists, need=st.integers(1, 32), policy=st.sampled_from(list(Policy)))
+def test_quick_rank_is_rank_for_a_one_container_pod(loads, need, policy):
+    node = node_of(loads)
+    free_asc = tuple(sorted(f for f, _ in loads))
+    quick = ranking.quick_rank(need, free_asc, policy, spreading.loads(node))
+    assert quick == ranking.rank(demand(need), node, policy)
 
 
 @settings(max_examples=300, deadline=None)
@@ -142,7 +148,7 @@ def test_binpack_best_node_holds_the_clusters_tightest_gpu(nodes, need):
 @settings(max_examples=300, deadline=None)
 @given(
     nodes=st.lists(
-        st.tuples(free_lists, st.sampled_from([None, Policy.BINPACK, Policy.SPREAD]), st.booleans()),
+        st.tuples(load_lists, st.sampled_from([None, Policy.BINPACK, Policy.SPREAD]), st.booleans()),
         min_size=0,
         max_size=8,
     ),
@@ -151,12 +157,14 @@ def test_binpack_best_node_holds_the_clusters_tightest_gpu(nodes, need):
 )
 def test_best_quick_is_best_of_quick_rank_in_the_order_given(nodes, need, default):
     names = [f"n{i}" for i in range(len(nodes))][::-1]  # kube-scheduler's order need not be sorted
-    free_asc = {f"n{i}": tuple(sorted(free)) for i, (free, _, known) in enumerate(nodes) if known}
+    known = {f"n{i}": node_of(gpu_loads) for i, (gpu_loads, _, seen) in enumerate(nodes) if seen}
+    free_asc = {name: tuple(sorted(g.free for g in node)) for name, node in known.items()}
+    loads = {name: spreading.loads(node) for name, node in known.items()}
     policies = {f"n{i}": policy for i, (_, policy, _) in enumerate(nodes) if policy is not None}
     expected: dict[str, tuple[Policy, ranking.Rank]] = {}
     for name in names:
         policy = policies.get(name) or default
-        value = ranking.quick_rank(need, free_asc[name], policy) if name in free_asc else None
+        value = ranking.quick_rank(need, free_asc[name], policy, loads[name]) if name in known else None
         if value is not None:
             expected[name] = (policy, value)
-    assert ranking.best_quick(need, names, free_asc, policies, default) == ranking.best(expected)
+    assert ranking.best_quick(need, names, free_asc, policies, default, loads=loads) == ranking.best(expected)

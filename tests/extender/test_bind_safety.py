@@ -122,15 +122,18 @@ def test_a_late_event_of_an_older_namesake_the_cache_never_saw_keeps_the_newer_p
 
 
 def test_filter_judges_by_the_nodes_placement_label_as_prioritize_and_bind_do():
-    labelled = node("n1", 16, 4)
+    labelled = node("n1", 16, 6)
     labelled["metadata"]["labels"] = {PLACEMENT_LABEL: "spread"}
     cache, api = Cache(), FakeApi()
     cache.nodes_resync([labelled])
     filler = pod("filler", 10, node_name="n1", placed={0: {0: 10}}, phase="Running")
-    multi = pod("multi", 4, 3, 3)  # fits with binpack (4 on GPU 1, 3+3 on GPU 0), not with spread
-    for p in (filler, multi):
+    other = pod("other", 2, node_name="n1", placed={0: {1: 2}}, phase="Running")
+    # 6 and 4 GiB free, one share each: binpack puts 4 on GPU 1, 3+3 on GPU 0; spread puts 4 on the
+    # freer GPU 0, 3 on GPU 1, and the last 3 fits nowhere.
+    multi = pod("multi", 4, 3, 3)
+    for p in (filler, other, multi):
         api.add(p)
-    cache.pods_resync([filler, multi])
+    cache.pods_resync([filler, other, multi])
     args = wire.ExtenderArgs(pod=multi, node_names=("n1",))
     result = scheduling.filter_nodes(cache, args, allocator.Policy.BINPACK)
     failed = result["FailedNodes"] or {}

@@ -1,20 +1,23 @@
 """Tests for webhook.extender.scheduling: the quick per-node summary agrees with the allocator and the
-ranking after any sequence of cache changes."""
+ranking after any sequence of cache changes; spread pods land where filter, prioritize and bind agree."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.extender.factory import node, pod
-from webhook.core import allocator, ranking
+from tests.extender.factory import FakeApi, node, pod
+from webhook.core import allocator, modes, ranking
 from webhook.core import annotations as ann
 from webhook.core.demand import GpuMemoryDemand
 from webhook.extender import scheduling, wire
+from webhook.extender.binder import Binder
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
+from webhook.extender.settings import ExtenderSettings
 
 NODES = ("n0", "n1", "n2")
 
@@ -98,3 +101,58 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units, best_fit
     unresolvable = result["FailedAndUnresolvableNodes"] or {}
     assert set(unresolvable) == set(names) - set(expected_pass) - set(expected_fail)
     assert {k: v for k, v in unresolvable.items() if k in expected_never} == expected_never
+
+
+# The issue's clusters: GPUs of 16, 16 and 24 GiB on two nodes; one node of an 80 and a 16 GiB GPU.
+SPREAD_CLUSTERS = {
+    "16-16-and-24": ((("a", (16, 16)), ("b", (24,))), 3),
+    "80-and-16": ((("c", (80, 16)),), 2),
+}
+
+
+def _spread_node(name: str, sizes: tuple[int, ...], labelled: bool) -> dict[str, Any]:
+    body = node(name, *sizes)
+    if labelled:
+        body["metadata"]["labels"] = {modes.PLACEMENT_LABEL: "spread"}
+    return body
+
+
+@pytest.mark.parametrize("burst", [False, True], ids=["bind-after-each-filter", "all-filters-before-binds"])
+@pytest.mark.parametrize("labelled", [False, True], ids=["pod-annotation", "node-label"])
+@pytest.mark.parametrize(("nodes", "count"), SPREAD_CLUSTERS.values(), ids=list(SPREAD_CLUSTERS))
+def test_spread_pods_each_get_a_gpu_of_their_own_where_filter_prioritize_and_bind_agree(
+    nodes, count, labelled, burst
+):
+    cache, api = Cache(), FakeApi()
+    cache.nodes_resync([_spread_node(name, sizes, labelled) for name, sizes in nodes])
+    # The node label reaches filter's ranking of every node by its own policy (ranking.best_quick).
+    pods = [pod(f"s{i}", 4, policy=None if labelled else "spread") for i in range(count)]
+    for p in pods:
+        api.add(p)
+    cache.pods_resync(pods)
+    binder = Binder(cache, api, ExtenderSettings(), clock_ns=lambda: 42, sleep=lambda s: None)
+    names = tuple(name for name, _ in nodes)
+    nominated: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for p in pods:
+        name = p["metadata"]["name"]
+        args = wire.ExtenderArgs(p, names)
+        # Prioritize as kube-scheduler calls it with --no-best-fit-filter (no nomination yet): its 10 is
+        # the one node best fit passes.
+        scores = scheduling.prioritize(cache, args, allocator.Policy.BINPACK)
+        (passed,) = scheduling.filter_nodes(cache, args, allocator.Policy.BINPACK)["NodeNames"] or []
+        assert scores[passed] == 10 and all(v < 10 for n, v in scores.items() if n != passed), scores
+        allocation = cache.nominated_allocation(f"default/{name}", f"uid-{name}", passed)
+        assert allocation is not None
+        nominated[name] = (passed, allocation.gpus())
+        if not burst:
+            assert binder.bind(wire.BindingArgs(name, "default", f"uid-{name}", passed)) == ""
+    for name, (passed, _) in nominated.items():
+        if burst:
+            assert binder.bind(wire.BindingArgs(name, "default", f"uid-{name}", passed)) == ""
+    placed = {}
+    for key, node_name, notes in api.bound:
+        placement = ann.decode(notes)
+        assert placement is not None
+        placed[key.split("/")[1]] = (node_name, placement.allocation.gpus())
+    assert placed == nominated
+    assert len(set(placed.values())) == count  # three (two) different GPUs

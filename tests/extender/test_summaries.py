@@ -25,7 +25,7 @@ def cluster(rng: random.Random, nodes: int = 30) -> Cache:
 
 def fresh(cache: Cache, names: list[str], need: int, policy: Policy) -> list[str]:
     with cache.locked():
-        return ranking.best_quick(need, names, cache.free_asc(), {}, policy)
+        return ranking.best_quick(need, names, cache.free_asc(), {}, policy, loads=cache.loads())
 
 
 def kept(cache: Cache, names: list[str], need: int, policy: Policy) -> list[str]:

@@ -22,7 +22,8 @@ class DevicesError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Gpu:
-    """One GPU of a node with the memory pods hold on it. An unhealthy GPU has no free memory."""
+    """One GPU of a node with the memory pods hold on it, and how many pods hold it (`shares`: what
+    spread minimises, core.spreading). An unhealthy GPU has no free memory."""
 
     index: int
     memory: int
@@ -30,6 +31,7 @@ class Gpu:
     healthy: bool = True
     uuid: str = ""
     model: str = ""
+    shares: int = 0
 
     @property
     def free(self) -> int:
@@ -162,6 +164,7 @@ class Ledger:
     device_problem: str = ""
     _shares: dict[str, PodShare] = field(default_factory=dict)
     _used: dict[int, int] = field(default_factory=dict)
+    _held: dict[int, int] = field(default_factory=dict)  # pods holding memory, per GPU index
     _gpus: tuple[Gpu, ...] | None = None
     _free_desc: tuple[int, ...] | None = None
     _free_asc: tuple[int, ...] | None = None
@@ -181,6 +184,7 @@ class Ledger:
         self._shares[share.key] = share
         for gpu, units in share.allocation.per_gpu().items():
             self._used[gpu] = self._used.get(gpu, 0) + units
+            self._held[gpu] = self._held.get(gpu, 0) + 1  # one pod, however many containers it puts there
         self._changed()
 
     def release(self, key: str) -> PodShare | None:
@@ -192,6 +196,11 @@ class Ledger:
                     self._used[gpu] = left
                 else:
                     self._used.pop(gpu, None)
+                held = self._held.get(gpu, 0) - 1
+                if held:
+                    self._held[gpu] = held
+                else:
+                    self._held.pop(gpu, None)
             self._changed()
         return share
 
@@ -207,10 +216,12 @@ class Ledger:
         return tuple(sorted(self._shares.values(), key=lambda s: s.key))
 
     def gpus(self) -> tuple[Gpu, ...]:
-        """Every GPU of the node with its used memory, in index order (cached until the next change)."""
+        """Every GPU of the node with its used memory and shares, in index order (cached until the next
+        change)."""
         if self._gpus is None:
+            used, held = self._used, self._held
             self._gpus = tuple(
-                Gpu(d.index, d.memory, self._used.get(d.index, 0), d.healthy, d.uuid, d.model)
+                Gpu(d.index, d.memory, used.get(d.index, 0), d.healthy, d.uuid, d.model, held.get(d.index, 0))
                 for d in self.devices.devices
             )
         return self._gpus

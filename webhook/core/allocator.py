@@ -5,7 +5,8 @@ protocol, one ALIYUN_COM_GPU_MEM_IDX); failing that, a pod of several gpu-mem co
 container on its own GPU (best fit, largest container first). With the label `aliyun.com/gpu-count: M`
 the pod's total is split evenly over M distinct GPUs, containers filled into them in index order.
 Unhealthy GPUs never take memory. `binpack` picks the GPU with the least free memory that still fits,
-`spread` the one with the most; lowest index on ties.
+lowest index on ties; `spread` the one holding the fewest shares (pods), then the most free memory, then
+the lowest index (core.spreading), for each container of a split pod and each GPU of a multi-GPU pod.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from webhook.core import gpumem, resources
+from webhook.core import gpumem, resources, spreading
 from webhook.core.accounting import Gpu
 from webhook.core.annotations import Allocation
 from webhook.core.demand import GpuMemoryDemand
@@ -55,12 +56,13 @@ class NoFit:
     reason: str
 
 
-def _pick(free: Mapping[int, int], need: int, policy: Policy) -> int | None:
+def _pick(free: Mapping[int, int], need: int, policy: Policy, held: Mapping[int, int]) -> int | None:
+    """`held`: the shares on each GPU (read by spread only)."""
     fitting = [(units, index) for index, units in free.items() if units >= need]
     if not fitting:
         return None
     if policy is Policy.SPREAD:
-        return min(fitting, key=lambda f: (-f[0], f[1]))[1]
+        return min(fitting, key=lambda f: spreading.order(held[f[1]], f[0], f[1]))[1]
     return min(fitting)[1]
 
 
@@ -77,11 +79,15 @@ def fit(
         return NoFit(f"all {len(gpus)} GPUs of the node are unhealthy")
     free = {g.index: g.free for g in healthy}
     memory = {g.index: g.memory for g in gpus}
+    # Other pods' shares per GPU: a split pod's own containers do not count against each other.
+    held = {g.index: g.shares for g in healthy} if policy is Policy.SPREAD else {}
     largest = max(free.values())
     if demand.gpu_count > 1:
-        return _fit_split(demand, free=free, memory=memory, policy=policy, unit=unit, largest=largest)
+        return _fit_split(
+            demand, free=free, held=held, memory=memory, policy=policy, unit=unit, largest=largest
+        )
     wanted = [(i, u) for i, u in enumerate(demand.containers) if u > 0]
-    whole = _pick(free, demand.effective, policy)
+    whole = _pick(free, demand.effective, policy, held)
     if whole is not None:
         return Fit(Allocation({i: {whole: u} for i, u in wanted}), memory[whole])
     # Containers on separate GPUs; init containers would have no GPU of their own, so only without them.
@@ -89,7 +95,7 @@ def fit(
         left = dict(free)
         placed: dict[int, dict[int, int]] = {}
         for i, u in sorted(wanted, key=lambda w: (-w[1], w[0])):
-            gpu = _pick(left, u, policy)
+            gpu = _pick(left, u, policy, held)
             if gpu is None:
                 break
             left[gpu] -= u
@@ -139,6 +145,7 @@ def _fit_split(
     demand: GpuMemoryDemand,
     *,
     free: Mapping[int, int],
+    held: Mapping[int, int],
     memory: Mapping[int, int],
     policy: Policy,
     unit: str,
@@ -153,7 +160,10 @@ def _fit_split(
             f"pod needs {per} {gpumem.unit_plural(unit)} on each of {count} GPUs, {len(fitting)} have that "
             f"much free (largest free GPU has {largest} {gpumem.unit_plural(unit)})"
         )
-    order = sorted(fitting, key=lambda f: (-f[0], f[1])) if policy is Policy.SPREAD else sorted(fitting)
+    if policy is Policy.SPREAD:  # the `count` GPUs with the fewest shares: the least most and least sum
+        order = sorted(fitting, key=lambda f: spreading.order(held[f[1]], f[0], f[1]))
+    else:
+        order = sorted(fitting)
     chosen = sorted(index for _, index in order[:count])
     # Pour containers into the chosen GPUs in order, `per` units per GPU; a container may span GPUs.
     room = {g: per for g in chosen}

@@ -1,13 +1,16 @@
 """How the nodes a pod fits compare: the GPU-level best fit that decides where it goes.
 
-A node's key is what the pod leaves free on the GPU(s) it would get there, then on the whole node. Under
-`binpack` the least wins (online best fit: a 16 GiB pod takes an empty 16 GiB GPU before a 24 GiB one,
-and the 24 GiB GPU is kept for a pod that needs it); under `spread` the most. Keys compare only among
-nodes of one policy; smaller is better. Filter keeps the best node of each policy (`best`: the first of
-equal ones, in kube-scheduler's order), so kube-scheduler's own scores, which know nothing of GPUs, cannot
-send the pod elsewhere, and the extender knows where the pod goes before its bind arrives.
+Under `binpack` a node's key is what the pod leaves free on the GPU(s) it would get there, then on the
+whole node, and the least wins (online best fit: a 16 GiB pod takes an empty 16 GiB GPU before a 24 GiB
+one, and the 24 GiB GPU is kept for a pod that needs it). Under `spread` it is first the shares already on
+those GPU(s) (the most on one of them, then their sum: the blast radius, core.spreading), then the most
+left free on them, then on the node. Keys compare only among nodes of one policy; smaller is better.
+Filter keeps the best node of each policy (`best`: the first of equal ones, in kube-scheduler's order), so
+kube-scheduler's own scores, which know nothing of GPUs, cannot send the pod elsewhere, and the extender
+knows where the pod goes before its bind arrives.
 
     key(Policy.BINPACK, left=0, node_left=16) -> (0, 16)
+    key(Policy.SPREAD, left=12, node_left=28, most=0, total=0) -> (0, 0, -12, -28)
 """
 
 from __future__ import annotations
@@ -16,17 +19,18 @@ import bisect
 from collections.abc import Mapping, Sequence
 from typing import TypeAlias
 
-from webhook.core import allocator
+from webhook.core import allocator, spreading
 from webhook.core.accounting import Gpu
 from webhook.core.allocator import Fit, Policy
 from webhook.core.demand import GpuMemoryDemand
 
-Rank: TypeAlias = tuple[int, int]
+Rank: TypeAlias = tuple[int, ...]
 
 
-def key(policy: Policy, left: int, node_left: int) -> Rank:
-    """`left`: free on the chosen GPU(s) after placing the pod; `node_left`: free on the node after."""
-    return (left, node_left) if policy is Policy.BINPACK else (-left, -node_left)
+def key(policy: Policy, left: int, node_left: int, most: int = 0, total: int = 0) -> Rank:
+    """`left`: free on the chosen GPU(s) after placing the pod; `node_left`: free on the node after;
+    spread only, the shares on the chosen GPU(s) before it: `most` on one of them, `total` over them."""
+    return (left, node_left) if policy is Policy.BINPACK else (most, total, -left, -node_left)
 
 
 def of_fit(placed: Fit, gpus: Sequence[Gpu], policy: Policy) -> Rank:
@@ -34,7 +38,10 @@ def of_fit(placed: Fit, gpus: Sequence[Gpu], policy: Policy) -> Rank:
     per_gpu = placed.allocation.per_gpu()
     healthy_free = sum(g.free for g in gpus if g.healthy)
     left = sum(g.free - per_gpu[g.index] for g in gpus if g.index in per_gpu)
-    return key(policy, left, healthy_free - sum(per_gpu.values()))
+    if policy is Policy.BINPACK:
+        return key(policy, left, healthy_free - sum(per_gpu.values()))
+    held = [g.shares for g in gpus if g.index in per_gpu]
+    return key(policy, left, healthy_free - sum(per_gpu.values()), max(held, default=0), sum(held))
 
 
 def rank(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy) -> Rank | None:
@@ -43,15 +50,22 @@ def rank(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy) -> Rank |
     return of_fit(placed, gpus, policy) if isinstance(placed, Fit) else None
 
 
-def quick_rank(need: int, free_asc: Sequence[int], policy: Policy) -> Rank | None:
+def quick_rank(
+    need: int, free_asc: Sequence[int], policy: Policy, loads: Sequence[spreading.Load] | None = None
+) -> Rank | None:
     """`rank` for a pod that goes whole on one GPU (one gpu-mem container, one GPU), from the node's free
-    memory per healthy GPU, smallest first: the same GPU `allocator.fit` picks, without building it.
-    Filter calls it for every node, so it is a bisection and a sum."""
+    memory per healthy GPU, smallest first, and for spread `loads` (spreading.loads of the same GPUs): the
+    same GPU `allocator.fit` picks, without building it. Filter calls it for every node, so it is a
+    bisection (spread: a scan of the node's GPUs) and a sum. ValueError: spread without `loads`."""
     if not free_asc or free_asc[-1] < need:
         return None
     node_left = sum(free_asc) - need
     if policy is Policy.SPREAD:
-        return key(policy, free_asc[-1] - need, node_left)
+        gets = None if loads is None else spreading.first_fitting(need, loads)
+        if gets is None:
+            raise ValueError(f"spread ranks by each GPU's shares: loads {loads!r} do not match {free_asc!r}")
+        held, free = gets
+        return key(policy, free - need, node_left, held, held)
     # Binpack: the smallest free GPU that still holds `need`.
     return key(policy, free_asc[bisect.bisect_left(free_asc, need)] - need, node_left)
 
@@ -62,18 +76,21 @@ def best_quick(
     free_asc: Mapping[str, Sequence[int]],
     policies: Mapping[str, Policy],
     default: Policy,
+    *,
+    loads: Mapping[str, Sequence[spreading.Load]] | None = None,
 ) -> list[str]:
     """`best` of `quick_rank` over `names` (in kube-scheduler's order): `free_asc` per node as
     `quick_rank` reads it (a node missing there is skipped), each node's policy from `policies`, else
-    `default`. Filter calls it with every node of the cluster, so the loop looks up, ranks and compares;
-    nothing else."""
+    `default`; `loads` per node for the spread ones. Filter calls it with every node of the cluster, so
+    the loop looks up, ranks and compares; nothing else."""
     found = Best()
     add = found.add
+    spread = loads or {}
     for name in names:
         free = free_asc.get(name)
         if free:
             policy = policies.get(name) or default
-            value = quick_rank(need, free, policy)
+            value = quick_rank(need, free, policy, spread.get(name))
             if value is not None:
                 add(name, policy, value)
     return found.names(names)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import accounting, allocator, modes, ranking, resources
+from webhook.core import accounting, allocator, modes, ranking, resources, spreading
 from webhook.core import annotations as ann
 from webhook.extender.assumptions import ASSUME_TTL_NS, Assumption, holds, newer, replaces
 from webhook.extender.blocks import NodeBlocks
@@ -380,6 +380,11 @@ class Cache:
         """Per known node, the free memory of each healthy GPU, smallest first: what filter's best fit
         ranks every node by (`ranking.best_quick`). Hold `locked()` while using it."""
         return self._summaries.free_asc()
+
+    def loads(self) -> Mapping[str, tuple[spreading.Load, ...]]:
+        """Per known node, each healthy GPU's (shares, free) in spread's order (`spreading.loads`): what
+        `ranking.best_quick` ranks spread nodes by. Hold `locked()` while using it."""
+        return self._summaries.loads()
 
     def quick_ranks(self, need: int, policy: allocator.Policy) -> Mapping[str, ranking.Rank]:
         """Per known node where a pod of `need` goes whole on one GPU, its best-fit key under `policy`

@@ -182,7 +182,7 @@ def _best_quick(
     fixed = allocator.pod_policy(notes)
     policies: Mapping[str, allocator.Policy] = {} if fixed else cache.placements()
     default = modes.chosen_policy(fixed, None, default_policy)
-    return ranking.best_quick(need, names, cache.free_asc(), policies, default)
+    return ranking.best_quick(need, names, cache.free_asc(), policies, default, loads=cache.loads())
 
 
 def _judge(

@@ -2,9 +2,9 @@
 since: filter sees thousands of nodes per call, and most change between two calls not at all.
 
 `quick_ranks(need, policy)` keeps, for the pod sizes filter was asked about lately, each node's best-fit
-key (`core.ranking.quick_rank`), so filter finds the best node with one `min()` over the names it was sent
-instead of ranking each of them in Python (docs/extender.md, "Speed"). Not thread-safe: the cache calls
-it under its lock.
+key (`core.ranking.quick_rank`, from each GPU's free memory and, for spread, its shares), so filter finds
+the best node with one `min()` over the names it was sent instead of ranking each of them in Python
+(docs/extender.md, "Speed"). Not thread-safe: the cache calls it under its lock.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-from webhook.core import accounting, ranking
+from webhook.core import accounting, ranking, spreading
 from webhook.core.allocator import Policy
 
 # Pod sizes (with a policy) whose keys are kept: each changed node costs one quick_rank per kept size, and
@@ -28,6 +28,8 @@ class Summaries:
         self._largest: dict[str, int] = {}  # free memory of the largest healthy GPU (-1: none healthy)
         self._capacity: dict[str, int] = {}  # memory of the largest healthy GPU, used or not
         self._free_asc: dict[str, tuple[int, ...]] = {}  # free per healthy GPU, smallest first
+        # (shares, free) per healthy GPU, in spread's order
+        self._loads: dict[str, tuple[spreading.Load, ...]] = {}
         self._ranks: OrderedDict[tuple[int, Policy], dict[str, ranking.Rank]] = OrderedDict()
         self._dirty: set[str] = set()
 
@@ -44,6 +46,7 @@ class Summaries:
                 self._largest.pop(name, None)
                 self._capacity.pop(name, None)
                 self._free_asc.pop(name, None)
+                self._loads.pop(name, None)
                 for ranks in self._ranks.values():
                     ranks.pop(name, None)
                 continue
@@ -51,8 +54,9 @@ class Summaries:
             self._largest[name] = free_asc[-1] if free_asc else -1
             self._capacity[name] = ledger.largest_memory()
             self._free_asc[name] = free_asc
+            loads = self._loads[name] = spreading.loads(ledger.gpus())
             for (need, policy), ranks in self._ranks.items():
-                value = ranking.quick_rank(need, free_asc, policy)
+                value = ranking.quick_rank(need, free_asc, policy, loads)
                 if value is None:
                     ranks.pop(name, None)
                 else:
@@ -71,6 +75,10 @@ class Summaries:
         self._refresh()
         return self._free_asc
 
+    def loads(self) -> Mapping[str, tuple[spreading.Load, ...]]:
+        self._refresh()
+        return self._loads
+
     def quick_ranks(self, need: int, policy: Policy) -> Mapping[str, ranking.Rank]:
         """Per known node where a pod of `need` goes whole on one GPU, its key under `policy`; the nodes
         it does not fit are absent."""
@@ -81,8 +89,9 @@ class Summaries:
             self._ranks.move_to_end(slot)
             return ranks
         ranks = {}
+        loads = self._loads
         for name, free_asc in self._free_asc.items():
-            value = ranking.quick_rank(need, free_asc, policy)
+            value = ranking.quick_rank(need, free_asc, policy, loads[name])
             if value is not None:
                 ranks[name] = value
         self._ranks[slot] = ranks
