@@ -37,14 +37,16 @@ class Bed(Release):
         *,
         taints: Sequence[Obj] = (),
         group: str = "",
+        annotations: Mapping[str, str] | None = None,
     ) -> Obj:
         """A GPU Node; a `group` node is labelled and tainted so only that group's pods
         (objects.in_group) land there: tests that count exact memory are not disturbed by other tests'
         pending pods."""
         if not group:
-            return super().node(name, gpus, gib_each, labels, taints=taints)
+            return super().node(name, gpus, gib_each, labels, taints=taints, annotations=annotations)
         taint = {"key": GROUP, "value": group, "effect": "NoSchedule"}
-        return super().node(name, gpus, gib_each, {**(labels or {}), GROUP: group}, taints=[*taints, taint])
+        grouped = {**(labels or {}), GROUP: group}
+        return super().node(name, gpus, gib_each, grouped, taints=[*taints, taint], annotations=annotations)
 
     def events(self, namespace: str, pod: str) -> list[Obj]:
         items = self.request(

@@ -66,16 +66,39 @@ def test_the_tightest_gpu_wins_over_kube_schedulers_preference_for_the_emptier_n
     placement.check_invariant(bed.pods(ns), {"bestfit-c1": 16, "bestfit-c2": 16})
 
 
-def test_spread_takes_the_emptiest_gpu(bed: Bed) -> None:
+SPREAD = {resources.PLACEMENT_POLICY_ANNOTATION: "spread"}
+
+
+def test_spread_puts_pods_on_gpus_of_16_16_and_24_gib_each_on_a_gpu_of_its_own(bed: Bed) -> None:
+    # The issue's case, as a new user tries it: the most free memory alone put the second pod on the
+    # 24 GiB GPU too (20 free against 16) and left a 16 GiB GPU empty.
     ns = bed.namespace("e2e-bestfit-spread")
     group = "bestfit-spread"
     bed.node("bestfit-s1", 2, 16, labels=ISOLATION, group=group)
     bed.node("bestfit-s2", 1, 24, labels=ISOLATION, group=group)
-    spread = {resources.PLACEMENT_POLICY_ANNOTATION: "spread"}
     pods = [
-        _place(bed, ns, objects.in_group(objects.gpu_pod(f"s{i}", 4, annotations=spread), group))
+        _place(bed, ns, objects.in_group(objects.gpu_pod(f"s{i}", 4, annotations=SPREAD), group))
         for i in range(3)
     ]
-    # The 24 GiB GPU keeps 20 then 16 GiB free, more than an empty 16 GiB GPU would (12); the third pod
-    # ties between the 24 GiB GPU (16 free) and a 16 GiB one: the emptier node wins.
-    assert [_gpu(p) for p in pods] == [("bestfit-s2", 0), ("bestfit-s2", 0), ("bestfit-s1", 0)]
+    # All empty: the most free memory (the 24 GiB GPU); then the GPUs holding no pod, first by index.
+    assert [_gpu(p) for p in pods] == [("bestfit-s2", 0), ("bestfit-s1", 0), ("bestfit-s1", 1)]
+    placement.check_invariant(bed.pods(ns), {"bestfit-s1": 16, "bestfit-s2": 24})
+
+
+def test_a_node_of_an_80_and_a_16_gib_gpu_takes_its_first_two_spread_pods_on_different_gpus(bed: Bed) -> None:
+    ns = bed.namespace("e2e-bestfit-spread-mixed")
+    group = "bestfit-spread-mixed"
+    sizes = ann.NodeDevices("GiB", (ann.GpuDevice(0, "GPU-big", 80), ann.GpuDevice(1, "GPU-small", 16)))
+    devices = {resources.NODE_DEVICES_ANNOTATION: sizes.to_json()}
+    bed.node("bestfit-m", 2, 48, labels=ISOLATION, group=group, annotations=devices)  # 96 GiB in all
+    pods = [
+        _place(bed, ns, objects.in_group(objects.gpu_pod(f"m{i}", 4, annotations=SPREAD), group))
+        for i in range(3)
+    ]
+    assert [_gpu(p) for p in pods] == [("bestfit-m", 0), ("bestfit-m", 1), ("bestfit-m", 0)]
+    # The GPUs' own sizes, as the device plugin would publish them, not the capacity split evenly.
+    memory = [placed.device_memory for p in pods if (placed := ann.decode(p["metadata"]["annotations"]))]
+    assert memory == [80, 16, 80]
+    # Each pod placed once, bound with its annotations (the 80 GiB bound; the 16 GiB GPU's is checked here).
+    used = placement.check_invariant(bed.pods(ns), {"bestfit-m": 80})
+    assert used == {("bestfit-m", 0): 8, ("bestfit-m", 1): 4}

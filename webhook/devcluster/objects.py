@@ -23,10 +23,15 @@ def gpu_node(
     labels: Mapping[str, str] | None = None,
     *,
     taints: Sequence[Obj] = (),
+    annotations: Mapping[str, str] | None = None,
 ) -> Obj:
-    """A Node with GPU capacity in its status, as a kubelet with our device plugin would report it."""
+    """A Node with GPU capacity in its status, as a kubelet with our device plugin would report it;
+    `annotations` from its creation on (e.g. the plugin's GPUs of several sizes, before any watch sees it)."""
     node_labels = {"kubernetes.io/hostname": name, resources.GPU_COUNT_LABEL: str(gpus), **(labels or {})}
-    body: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": node_labels}}
+    meta: Obj = {"name": name, "labels": node_labels}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    body: Obj = {"apiVersion": "v1", "kind": "Node", "metadata": meta}
     if taints:
         body["spec"] = {"taints": list(taints)}
     node = create_or_get(api, rest.path("nodes"), body)

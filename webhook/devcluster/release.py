@@ -205,8 +205,11 @@ class Release:
         labels: Mapping[str, str] | None = None,
         *,
         taints: Sequence[Obj] = (),
+        annotations: Mapping[str, str] | None = None,
     ) -> Obj:
-        return objects.gpu_node(self.api, name, gpus, gib_each, labels, taints=taints)
+        return objects.gpu_node(
+            self.api, name, gpus, gib_each, labels, taints=taints, annotations=annotations
+        )
 
     def pods(self, namespace: str) -> list[Obj]:
         return list(rest.list_all(self.api, rest.path("pods", namespace=namespace)))
