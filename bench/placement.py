@@ -8,7 +8,9 @@ split into pod sizes) in a seeded random order; the chart's kube-scheduler + ext
 pods created one after another in that order (the order kube-scheduler's queue takes them in), placed
 until nothing more fits. Reported: GiB placed against online best fit in the same order (the
 reference) and offline best-fit-decreasing, over-committed GPUs from the API server's own state (must be 0).
-Spread: a half-full workload; the spread of free memory per GPU against online worst fit (emptiest GPU).
+Spread: a half-full workload; the largest number of pods on one GPU against the least possible for the
+same pods (a lower bound, and a packing that reaches it), and the spread of the free share per GPU; both
+beside online worst fit (the most free memory: spread's rule before issue 34).
 
 Speed: N nodes x 8 GPUs x 16 GiB, M pods of 2 GiB, against the same kube-scheduler binary scheduling M
 pods asking `nvidia.com/gpu: 1` on N nodes of 8 cards, with no extender; both with the client's rate
@@ -54,7 +56,14 @@ from placement_measures import (
     idle_cpu,
     tcp_opened,
 )
-from placement_references import best_fit_decreasing, exact_workload, online
+from placement_references import (
+    best_fit_decreasing,
+    exact_workload,
+    least_most_shares,
+    online,
+    online_packing,
+    online_spread,
+)
 
 from tests.e2e import objects, placement
 from tests.e2e.bed import Bed
@@ -112,13 +121,30 @@ def packing(bed: Bed, seed: int, nodes: int, gpus: int, policy: str) -> None:
                     capacity[node],
                     [capacity[node] - used.get((node, g), 0) for g in range(gpus)],
                 )
-        _, ideal = online(all_gpus, workload, spread=True)
-        ideal_frac = [f / s for f, s in zip(ideal, all_gpus, strict=True)]
+        held = placement.shares_per_gpu(stored)
+        bound, found = least_most_shares(all_gpus, workload)
+        least = f"{bound}" if found == bound else f"at least {bound}, a packing found with {found}"
         print(
-            f"  spread seed {seed}: {len(workload)} pods, {placed}/{sum(workload)} GiB placed; free share per GPU "
-            f"stdev {statistics.pstdev(ours_frac):.3f} (online worst fit {statistics.pstdev(ideal_frac):.3f}), "
-            f"min {min(ours_frac):.3f} ({min(ideal_frac):.3f}); over-committed GPUs: {over}"
+            f"  spread seed {seed}: {len(workload)} pods, {placed}/{sum(workload)} GiB placed; most pods on one GPU "
+            f"{max(held.values(), default=0)}, least possible {least}; free share per GPU stdev "
+            f"{statistics.pstdev(ours_frac):.3f}, min {min(ours_frac):.3f}; over-committed GPUs: {over}"
         )
+        references = (
+            (
+                "spread's rule online in the same order (webhook.core)",
+                online_spread(list(capacity.values()), gpus, workload),
+            ),
+            (
+                "online worst fit, the most free memory (spread before issue 34)",
+                online_packing(all_gpus, workload, spread=True),
+            ),
+        )
+        for name, done in references:
+            frac = [f / s for f, s in zip(done.free, all_gpus, strict=True)]
+            print(
+                f"    {name}: {done.placed} GiB placed; most pods on one GPU {max(done.shares)}; free share per GPU "
+                f"stdev {statistics.pstdev(frac):.3f}, min {min(frac):.3f}"
+            )
 
 
 def speed(
@@ -317,6 +343,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seeds", type=int, default=3, help="packing workloads to try")
+    parser.add_argument("--spread-seeds", type=int, default=1, help="spread workloads to try")
     parser.add_argument("--pack-nodes", type=int, default=24, help="nodes per packing workload")
     parser.add_argument("--pack-gpus", type=int, default=4, help="GPUs per packing node")
     parser.add_argument("--nodes", type=int, default=200, help="nodes of the speed runs (8 GPUs each)")
@@ -347,7 +374,8 @@ def main() -> None:
             )
             for seed in range(1, args.seeds + 1):
                 packing(bed, seed, args.pack_nodes, args.pack_gpus, "binpack")
-            packing(bed, 1, args.pack_nodes, args.pack_gpus, "spread")
+            for seed in range(1, args.spread_seeds + 1):
+                packing(bed, seed, args.pack_nodes, args.pack_gpus, "spread")
         if not args.skip_speed:
             speed_rounds(bed, args)
         if args.burst:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 from tests.extender import invariant
@@ -12,16 +13,31 @@ from webhook.core import resources
 Obj = dict[str, Any]
 
 
-def per_gpu(pods: list[Obj]) -> dict[tuple[str, int], int]:
-    """(node, GPU index) -> GiB placed there by the stored, bound pods' allocation annotations."""
-    used: dict[tuple[str, int], int] = defaultdict(int)
+def _placed(pods: list[Obj]) -> Iterator[tuple[str, dict[int, int]]]:
+    """(node, GPU index -> GiB) of each stored, bound pod with an allocation annotation."""
     for pod in pods:
         node = pod["spec"].get("nodeName")
         placement = ann.decode(pod["metadata"].get("annotations"))
         if node and placement is not None:
-            for gpu, amount in placement.allocation.per_gpu().items():
-                used[(node, gpu)] += amount
+            yield node, placement.allocation.per_gpu()
+
+
+def per_gpu(pods: list[Obj]) -> dict[tuple[str, int], int]:
+    """(node, GPU index) -> GiB placed there by the stored, bound pods' allocation annotations."""
+    used: dict[tuple[str, int], int] = defaultdict(int)
+    for node, gpus in _placed(pods):
+        for gpu, amount in gpus.items():
+            used[(node, gpu)] += amount
     return dict(used)
+
+
+def shares_per_gpu(pods: list[Obj]) -> dict[tuple[str, int], int]:
+    """(node, GPU index) -> the number of stored, bound pods holding memory there (spread's count)."""
+    held: dict[tuple[str, int], int] = defaultdict(int)
+    for node, gpus in _placed(pods):
+        for gpu in gpus:
+            held[(node, gpu)] += 1
+    return dict(held)
 
 
 def check_invariant(pods: list[Obj], capacity: dict[str, int]) -> dict[tuple[str, int], int]:
