@@ -28,7 +28,8 @@ class Summaries:
         self._largest: dict[str, int] = {}  # free memory of the largest healthy GPU (-1: none healthy)
         self._capacity: dict[str, int] = {}  # memory of the largest healthy GPU, used or not
         self._free_asc: dict[str, tuple[int, ...]] = {}  # free per healthy GPU, smallest first
-        # (shares, free) per healthy GPU, in spread's order
+        # (shares, free) per healthy GPU, in spread's order; made when a spread pod asks (`_loads_of`), so
+        # a cluster of binpack pods never pays for them
         self._loads: dict[str, tuple[spreading.Load, ...]] = {}
         self._ranks: OrderedDict[tuple[int, Policy], dict[str, ranking.Rank]] = OrderedDict()
         self._dirty: set[str] = set()
@@ -54,8 +55,9 @@ class Summaries:
             self._largest[name] = free_asc[-1] if free_asc else -1
             self._capacity[name] = ledger.largest_memory()
             self._free_asc[name] = free_asc
-            loads = self._loads[name] = spreading.loads(ledger.gpus())
+            self._loads.pop(name, None)
             for (need, policy), ranks in self._ranks.items():
+                loads = self._loads_of(name) if policy is Policy.SPREAD else None
                 value = ranking.quick_rank(need, free_asc, policy, loads)
                 if value is None:
                     ranks.pop(name, None)
@@ -77,7 +79,17 @@ class Summaries:
 
     def loads(self) -> Mapping[str, tuple[spreading.Load, ...]]:
         self._refresh()
+        for name in self._free_asc:
+            self._loads_of(name)
         return self._loads
+
+    def _loads_of(self, name: str) -> tuple[spreading.Load, ...]:
+        """The node's loads, made now if its ledger changed since they were last made. A known node."""
+        loads = self._loads.get(name)
+        if loads is None:
+            ledger = self._ledger_of(name)
+            loads = self._loads[name] = () if ledger is None else spreading.loads(ledger.gpus())
+        return loads
 
     def quick_ranks(self, need: int, policy: Policy) -> Mapping[str, ranking.Rank]:
         """Per known node where a pod of `need` goes whole on one GPU, its key under `policy`; the nodes
@@ -89,9 +101,9 @@ class Summaries:
             self._ranks.move_to_end(slot)
             return ranks
         ranks = {}
-        loads = self._loads
+        spread = policy is Policy.SPREAD
         for name, free_asc in self._free_asc.items():
-            value = ranking.quick_rank(need, free_asc, policy, loads[name])
+            value = ranking.quick_rank(need, free_asc, policy, self._loads_of(name) if spread else None)
             if value is not None:
                 ranks[name] = value
         self._ranks[slot] = ranks
