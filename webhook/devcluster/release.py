@@ -284,31 +284,41 @@ class Release:
         return f"https://127.0.0.1:{self.extender_port}{path}", context
 
     def start_scheduler(self, *, plain: str = "", qps: int = 0, burst: int = 0) -> Process:
-        """kube-scheduler with the chart's configuration; its extender tlsConfig files are those of the
-        Secret volume the chart mounts into the scheduler's pod.
+        """kube-scheduler with the chart's configuration (mode b's ConfigMap).
 
         `plain`: the same binary and client settings as a reference without us: one profile of that
         scheduler name, no extender. `qps` lifts the client's rate limit (default 50/s, burst 100); the
         burst is twice it unless `burst` is given."""
         config = yaml.safe_load(self.configmap(f"{FULLNAME}-scheduler", "config.yaml"))
-        config["clientConnection"] = {"kubeconfig": str(self.kubeconfig(f"{FULLNAME}-scheduler"))}
         if qps:
-            config["clientConnection"].update(qps=qps, burst=burst or 2 * qps)
+            config["clientConnection"] = {"qps": qps, "burst": burst or 2 * qps}
         if plain:  # kube-scheduler's defaults otherwise (percentageOfNodesToScore too)
             config.pop("extenders", None)
             config.pop("percentageOfNodesToScore", None)
             config["profiles"] = [{"schedulerName": plain}]
+        return self.run_scheduler(plain or "kube-scheduler", config)
+
+    def run_scheduler(self, name: str, config: Obj) -> Process:
+        """kube-scheduler with KubeSchedulerConfiguration `config` (mode a: a cluster's own configuration
+        with the chart's `extenders` entry merged in), logged as `name`. It connects as the chart's
+        scheduler ServiceAccount; its extenders' tlsConfig files are those of the Secret volume the chart
+        mounts into the scheduler's pod (the files mode (a) copies to the control-plane nodes)."""
+        config = dict(config)
+        config["clientConnection"] = {
+            **(config.get("clientConnection") or {}),
+            "kubeconfig": str(self.kubeconfig(f"{FULLNAME}-scheduler")),
+        }
         files = self.mounts(f"{FULLNAME}-scheduler")
         for extender in config.get("extenders") or []:
             tls = extender.get("tlsConfig") or {}
             for key in ("caFile", "certFile", "keyFile"):
                 if key in tls:
                     tls[key] = mounts.on_host(tls[key], files)
-        path = self.root / f"{plain or 'kube-scheduler'}-config.yaml"
+        path = self.root / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(config))
         port = free_port()
         process = self.spawn(
-            plain or "kube-scheduler",
+            name,
             [
                 str(self.cp.bins / "kube-scheduler"),
                 f"--config={path}",
