@@ -402,3 +402,43 @@ def test_a_share_too_small_for_a_cuda_context_is_a_warning_as_the_webhook_gives_
     config.write_text("memoryUnit: MiB\nminShareMiB: 0\n")
     code, out = run_json(capsys, "--config", str(config), str(manifest))
     assert code == report.CLEAN and out["results"][0]["warnings"] == []
+
+
+QUOTAS = """\
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu, namespace: team-a}
+spec:
+  hard:
+    limits.aliyun.com/gpu-mem: "64"
+    requests.nvidia.com/gpu: "2"
+---
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ClusterQueue
+metadata: {name: team-a}
+spec:
+  resourceGroups:
+  - coveredResources: [aliyun.com/gpumem]
+    flavors:
+    - name: gpu-share
+      resources:
+      - {name: aliyun.com/gpumem, nominalQuota: 16}
+"""
+
+
+def test_quota_objects_that_count_nothing_are_warned_at_their_line_with_the_spelling_that_counts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "quotas.yaml"
+    path.write_text(QUOTAS)
+    assert check.main([str(path)]) == 0  # warnings, not denials: the API server takes them as written
+    lines = capsys.readouterr().out.splitlines()
+    assert f"{path}:1: ResourceQuota team-a/gpu: allowed" in lines
+    assert (
+        "  warning: spec.hard[limits.aliyun.com/gpu-mem]: the API server counts aliyun.com/gpu-mem only as "
+        "requests.aliyun.com/gpu-mem (an extended resource has no limits. quota), so this key limits "
+        "nothing; write requests.aliyun.com/gpu-mem"
+    ) in lines
+    assert f"{path}:9: ClusterQueue team-a: allowed" in lines
+    assert sum("did you mean aliyun.com/gpu-mem?" in line for line in lines) == 2
+    assert lines[-1] == "checked 2 objects in 1 file, 0 denied (0 violations), 3 warnings"

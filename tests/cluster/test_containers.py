@@ -4,16 +4,13 @@ env and mounts; and a DRA claim's env, which containerd injects from the CDI spe
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import Any
 
-from tests.cluster.workloads import Workloads, ready, wait
+from tests.cluster.workloads import Workloads, node_mode, ready, wait
 from webhook.core import annotations as ann
 from webhook.core import mps, resources
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE
 from webhook.gpus.inventory import fake_uuid
-from webhook.kube import rest
 
 Obj = dict[str, Any]
 GPU_MEM = resources.GPU_MEMORY
@@ -52,29 +49,6 @@ def test_a_whole_card_beside_shares_gets_a_gpu_no_share_is_on(work: Workloads) -
     assert len(held) == 1 and share_gpu not in held, (held, share_gpu)
     env = work.report("card")["env"]
     assert env[resources.ENV_VISIBLE_DEVICES] == fake_uuid(held.pop())
-
-
-@contextlib.contextmanager
-def node_mode(work: Workloads, mode: str) -> Iterator[None]:
-    """The node relabelled `mode` (ack.node.gpu.schedule) for the block, then `share` again, with the
-    device plugin serving GPU memory once more before the next test."""
-    cluster = work.cluster
-    cluster.kubectl("label", "node", NODE, f"{resources.ACK_SCHEDULE_LABEL}={mode}", "--overwrite")
-    try:
-        yield
-    finally:
-        cluster.kubectl("label", "node", NODE, f"{resources.ACK_SCHEDULE_LABEL}=share", "--overwrite")
-        wait(
-            "the device plugin Ready again",
-            lambda: ready(work.chart, "daemonsets", "device-plugin") == (1, 1),
-            180,
-        )
-        wait("GPU memory advertised again", lambda: _allocatable(work, GPU_MEM) == 48, 120)
-
-
-def _allocatable(work: Workloads, resource: str) -> int:
-    node = work.chart.api.request("GET", rest.path("nodes", NODE))
-    return int(node["status"].get("allocatable", {}).get(resource, "0"))
 
 
 def _plugin_log(work: Workloads) -> str:

@@ -4,12 +4,15 @@ container keeps running for tests that restart the node beneath it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from webhook.core import resources
+from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster.cluster import Cluster
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
 from webhook.kube import rest
@@ -59,6 +62,33 @@ def our_pods(chart: PodRelease, component: str) -> list[Obj]:
         for p in chart.api.pods(NAMESPACE)
         if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component
     ]
+
+
+def allocatable(work: Workloads, resource: str) -> int:
+    node = work.chart.api.request("GET", rest.path("nodes", cluster_mod.NODE))
+    return int(node["status"].get("allocatable", {}).get(resource, "0"))
+
+
+@contextlib.contextmanager
+def node_mode(work: Workloads, mode: str) -> Iterator[None]:
+    """The node relabelled `mode` (ack.node.gpu.schedule) for the block, then `share` again, with the
+    device plugin serving GPU memory once more before the next test."""
+    cluster = work.cluster
+    cluster.kubectl(
+        "label", "node", cluster_mod.NODE, f"{resources.ACK_SCHEDULE_LABEL}={mode}", "--overwrite"
+    )
+    try:
+        yield
+    finally:
+        cluster.kubectl(
+            "label", "node", cluster_mod.NODE, f"{resources.ACK_SCHEDULE_LABEL}=share", "--overwrite"
+        )
+        wait(
+            "the device plugin Ready again",
+            lambda: ready(work.chart, "daemonsets", "device-plugin") == (1, 1),
+            180,
+        )
+        wait("GPU memory advertised again", lambda: allocatable(work, resources.GPU_MEMORY) == 48, 120)
 
 
 @dataclass

@@ -1,6 +1,8 @@
 """Every shell block of README.md and docs/*.md runs as written, against a real kube-apiserver.
 
-A block that cannot run here says why in its fence (```sh no-run: <reason>). The others run in the
+A block that cannot run here says why in its fence (```sh no-run: <reason>); one that needs a cluster whose
+pods run (Kueue's objects need Kueue) says so (```sh cluster: <reason>) and runs in tests/cluster
+instead (tests/cluster/test_kueue.py). The others run in the
 repository root with `bash -e`, KUBECONFIG pointing at a control plane started for this test (the bed's
 `ControlPlane`, its own so the chart's default install cannot disturb the other end-to-end tests), and
 the placeholders a reader replaces set to the values in PLACEHOLDERS. No kubelet runs: the chart's
@@ -50,6 +52,16 @@ class Block:
         match = re.fullmatch(r"no-run:\s*(.*)", self.info)
         return match.group(1).strip() if match else None
 
+    @property
+    def cluster_reason(self) -> str | None:
+        """Why the block runs in tests/cluster, on a node that runs pods, rather than here."""
+        match = re.fullmatch(r"cluster:\s*(.*)", self.info)
+        return match.group(1).strip() if match else None
+
+    @property
+    def runs_here(self) -> bool:
+        return self.no_run_reason is None and self.cluster_reason is None
+
 
 def blocks() -> list[Block]:
     found = []
@@ -71,16 +83,17 @@ def in_run_order(found: list[Block]) -> list[Block]:
 
 
 def test_docs_have_shell_blocks_and_install_md_runs_its_install_path() -> None:
-    runnable = [b for b in blocks() if b.no_run_reason is None]
+    runnable = [b for b in blocks() if b.runs_here]
     install = [b.code for b in runnable if b.file.name == "install.md"]
     assert any("helm install" in c for c in install) and any("helm uninstall" in c for c in install)
 
 
 def test_every_block_that_does_not_run_says_why() -> None:
     for block in blocks():
-        assert block.info in ("",) or block.no_run_reason, f"{block.where}: unknown fence info {block.info!r}"
-        if block.no_run_reason is not None:
-            assert len(block.no_run_reason.split()) >= 3, f"{block.where}: say why it cannot run here"
+        why = block.no_run_reason or block.cluster_reason
+        assert block.info in ("",) or why, f"{block.where}: unknown fence info {block.info!r}"
+        if why is not None:
+            assert len(why.split()) >= 3, f"{block.where}: say why it cannot run here"
 
 
 def test_every_placeholder_of_a_runnable_block_is_set_by_this_test() -> None:
@@ -117,7 +130,7 @@ def test_every_shell_block_runs_against_a_real_api_server(kube_bins: Path, tmp_p
         failures = []
         ran = 0
         for block in in_run_order(blocks()):
-            if block.no_run_reason is not None:
+            if not block.runs_here:
                 continue
             result = subprocess.run(
                 ["bash", "-e", "-o", "pipefail", "-c", block.code],

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO, TextIO
 
 from webhook.admission import settings as admission_settings
 from webhook.cli import flagtypes, manifests, progress, report
-from webhook.core import templates, verdict
+from webhook.core import quotas, templates, verdict
 
 OUTPUTS = ("text", "json")
 # A terminal gets a progress line from this many objects on (Helm output of thousands of documents);
@@ -183,10 +183,12 @@ def check_document(doc: manifests.Document, policy: verdict.Policy) -> report.Ob
         for t in decided.templates
         if t.isolation is not None or t.scheduler_name is not None
     )
+    # Quota objects name GPU resources without asking for any: only gpushare check reads them.
+    warned = (*decided.warnings, *quotas.warnings(doc.obj, policy.names))
     return report.ObjectResult(
         source=doc.source,
         # A JSON List item knows its own line only once its node is composed, i.e. when it has news.
-        line=doc.field_line("") if findings or additions or decided.warnings else doc.line,
+        line=doc.field_line("") if findings or additions or warned else doc.line,
         kind=_text(doc.obj.get("kind")),
         namespace=_text(metadata.get("namespace")),
         name=name,
@@ -194,7 +196,7 @@ def check_document(doc: manifests.Document, policy: verdict.Policy) -> report.Ob
         allowed=decided.allowed,
         message="" if decided.allowed else decided.message(),
         findings=findings,
-        warnings=tuple(decided.warnings),
+        warnings=warned,
         additions=additions,
     )
 

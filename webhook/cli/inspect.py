@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, inspect_usage
+from webhook.cli import inspect_namespaces as namespaces
 from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
 from webhook.cli.inspect_extender import from_extender
 from webhook.cli.inspect_settings import AGENT_SELECTOR, DEFAULT_TIMEOUT_S, InspectError, InspectSettings
-from webhook.core import accounting, draslice, drause, gpulabels, modes, resources
+from webhook.core import accounting, draslice, drause, gpulabels, modes, quotas, resources
 from webhook.core import annotations as ann
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
@@ -54,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes (default: every GPU node)")
     parser.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU")
     parser.add_argument("-o", "--output", choices=OUTPUTS, default="text", help="output format")
+    parser.add_argument(
+        "--namespaces",
+        action="store_true",
+        help="GPU memory placed per namespace, beside the GPU resources its ResourceQuotas count",
+    )
     parser.add_argument(
         "--unit",
         type=flagtypes.memory_unit,
@@ -147,6 +153,8 @@ def main(argv: list[str]) -> int:
         )
     if (args.agent_namespace or args.agent_selector != AGENT_SELECTOR) and not args.usage:
         parser.error("--agent-namespace and --agent-selector go with --usage")
+    if args.namespaces and (args.extender or args.usage or args.details):
+        parser.error("--namespaces reads the cluster's pods and quotas; not with --extender, --usage or -d")
     if not args.agent_selector.strip():
         parser.error("--agent-selector must not be empty: it would ask every pod")
     settings = InspectSettings(
@@ -167,6 +175,7 @@ def main(argv: list[str]) -> int:
         usage=args.usage,
         agent_namespace=args.agent_namespace,
         agent_selector=args.agent_selector,
+        namespaces=args.namespaces,
     )
     kube_client.quiet_transport_logs()
     return run(settings)
@@ -179,19 +188,33 @@ def run(settings: InspectSettings, out: Any = None, progress: progress_line.Prog
             cluster = (
                 from_extender(settings, progress) if settings.extender else from_cluster(settings, progress)
             )
+            quota_text = by_namespace(settings, cluster) if settings.namespaces else ""
     except InspectError as err:
         print(f"gpushare inspect: {err}", file=sys.stderr)
         return exitcodes.FAILURE
     except kube_errors.ApiError as err:
         print(f"gpushare inspect: {api_errors.describe(err)}", file=sys.stderr)
         return api_errors.exit_code(err)
-    text = (
-        table.render_json(cluster)
-        if settings.output == "json"
-        else table.render_text(cluster, settings.details)
-    )
+    if settings.namespaces:
+        text = quota_text
+    elif settings.output == "json":
+        text = table.render_json(cluster)
+    else:
+        text = table.render_text(cluster, settings.details)
     (out or sys.stdout).write(text)
     return exitcodes.OK
+
+
+def by_namespace(settings: InspectSettings, cluster: table.ClusterUse) -> str:
+    """--namespaces: the map summed per namespace, beside the GPU lines of every ResourceQuota."""
+    api = kube_client.connect(settings.client)
+    try:
+        found = namespaces.read_quotas(api, settings.timeout_s)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]
+    lines = quotas.gpu_lines(found, settings.names)
+    render = namespaces.render_json if settings.output == "json" else namespaces.render_text
+    return render(cluster, lines)
 
 
 # --- from the cluster -------------------------------------------------------------------------------

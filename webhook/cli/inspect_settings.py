@@ -37,6 +37,8 @@ class InspectSettings:
     usage: bool = False
     agent_namespace: str = ""  # where the device plugin runs; "" = any namespace
     agent_selector: str = AGENT_SELECTOR
+    # --namespaces: memory per namespace beside its ResourceQuotas instead of the node table.
+    namespaces: bool = False
 
     def __post_init__(self) -> None:
         # A node named twice would be listed twice and its memory counted twice in the cluster total.

@@ -37,6 +37,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("configmaps", "ConfigMap", "", "v1", True),
     ResourceType("secrets", "Secret", "", "v1", True),
     ResourceType("namespaces", "Namespace", "", "v1", False),
+    ResourceType("resourcequotas", "ResourceQuota", "", "v1", True, has_status=True),  # inspect --namespaces
     ResourceType("leases", "Lease", "coordination.k8s.io", "v1", True),
     # The DRA driver's objects (tests/dra): its node's slice, the claims it prepares.
     ResourceType("resourceslices", "ResourceSlice", "resource.k8s.io", "v1", False),
