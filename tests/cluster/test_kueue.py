@@ -7,6 +7,7 @@ Kueue's own updates of a Job (unsuspending it, its flavor's nodeSelector) pass o
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from collections.abc import Iterator
@@ -15,19 +16,19 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.workloads import Workloads, wait
+from tests.cluster.workloads import Workloads, node_mode, ready, wait
 from tests.e2e import placement
 from tests.e2e.test_doc_shell_blocks import blocks
-from webhook.core import resources
+from webhook.core import mps, resources
 from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster import helm, release
-from webhook.devcluster.podrelease import PodRelease
-from webhook.kube import rest
+from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
+from webhook.kube import errors, rest
 
 Obj = dict[str, Any]
 GPU_MEM = resources.GPU_MEMORY
 KUEUE = "kueue.x-k8s.io"
-TEAMS = ("team-a", "team-b")
+TEAMS = ("team-a", "team-b", "team-mps", "team-dra")
 CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 health: {healthProbeBindAddress: ":8081"}
@@ -36,7 +37,12 @@ webhook: {port: 9443}
 leaderElection: {leaderElect: true, resourceName: c1f6bfd2.kueue.x-k8s.io}
 integrations:
   frameworks: [batch/job]
+resources:
+  deviceClassMappings:
+  - name: gpushare.aliyun.com/shares
+    deviceClassNames: [gpushare-memory]
 """
+SHARES = "gpushare.aliyun.com/shares"  # Kueue's name for our DRA shares (deviceClassMappings above)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +56,9 @@ def kueue(chart: PodRelease) -> Iterator[PodRelease]:
             "manager": {
                 "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
                 "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-            }
+            },
+            # Kueue counts DRA devices only behind this gate (alpha in v0.17).
+            "featureGates": [{"name": "DynamicResourceAllocation", "enabled": True}],
         },
         "managerConfig": {"controllerManagerConfigYaml": CONFIG},
     }
@@ -152,9 +160,16 @@ def _running(chart: PodRelease, team: str, job: str) -> Obj | None:
     return pods[0] if pods else None
 
 
+def _listed(chart: PodRelease, namespace: str) -> list[Obj]:
+    try:
+        return chart.api.pods(namespace)
+    except errors.NotFoundError:
+        return []
+
+
 def _check_gpus(chart: PodRelease) -> None:
     """Each GPU of the node within its 16 GiB, each pod counted once: from the API's stored pods."""
-    pods = [p for team in (*TEAMS,) for p in chart.api.pods(team) if p["spec"].get("nodeName")]
+    pods = [p for team in TEAMS for p in _listed(chart, team) if p["spec"].get("nodeName")]
     placement.check_invariant(pods, {cluster_mod.NODE: 16})
 
 
@@ -211,3 +226,146 @@ def test_the_kueue_objects_of_the_docs_give_gpushare_check_no_warning(
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[-1].endswith(" 0 warnings"), checked.stdout
+
+
+def _team(work: Workloads, team: str, flavor: str, resources_: dict[str, int]) -> None:
+    """A ClusterQueue `team` of one flavor, its namespace and a LocalQueue `gpus` there."""
+    queue = {
+        "apiVersion": f"{KUEUE}/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": team},
+        "spec": {
+            "namespaceSelector": {},
+            "resourceGroups": [
+                {
+                    "coveredResources": list(resources_),
+                    "flavors": [
+                        {
+                            "name": flavor,
+                            "resources": [{"name": n, "nominalQuota": q} for n, q in resources_.items()],
+                        }
+                    ],
+                }
+            ],
+        },
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": team}}
+    local = {
+        "apiVersion": f"{KUEUE}/v1beta2",
+        "kind": "LocalQueue",
+        "metadata": {"name": "gpus", "namespace": team},
+        "spec": {"clusterQueue": team},
+    }
+    out = work.apply(queue, namespace)
+    assert "created" in out or "configured" in out, out
+    wait(f"{team}'s default ServiceAccount", lambda: _has_sa(work, team), 60)
+    out = work.apply(local)
+    assert "created" in out, out
+
+
+def _has_sa(work: Workloads, namespace: str) -> bool:
+    try:
+        work.chart.api.request("GET", rest.path("serviceaccounts", "default", namespace))
+    except errors.NotFoundError:
+        return False
+    return True
+
+
+def test_a_job_admitted_to_the_mps_flavor_runs_under_mps_on_an_mps_node(
+    kueue: PodRelease, work: Workloads
+) -> None:
+    chart = kueue
+    dirs = (mps.DEFAULT_PIPE_DIRECTORY, mps.DEFAULT_LOG_DIRECTORY)  # the MPS daemon's, on a real node
+    assert chart.cluster.net is not None
+    chart.cluster.net.run(["mkdir", "-p", *dirs])
+    try:
+        with node_mode(work, "mps"):
+            _team(work, "team-mps", "gpu-mps", {GPU_MEM: 16})
+            logs = ("logs", "-n", NAMESPACE, f"daemonset/{FULLNAME}-device-plugin")
+            wait("the plugin in mode mps", lambda: "node mode mps" in chart.cluster.kubectl(*logs).stdout, 60)
+            assert "created" in work.apply(_job(work, "team-mps", "mps-job", 6))
+            _until_admitted(chart, "team-mps", "mps-job")
+            pod = wait("mps-job's pod running", lambda: _running(chart, "team-mps", "mps-job"), 180)
+            assert pod["spec"]["nodeSelector"]["ack.node.gpu.schedule"] == "mps"  # the flavor's
+            name = pod["metadata"]["name"]
+            logged = chart.cluster.kubectl("logs", "-n", "team-mps", name).stdout
+            env = json.loads(next(line for line in logged.splitlines() if line.startswith("{")))["env"]
+            assert env[mps.ENV_MEM_LIMIT] == "0=6144MB", env
+            _check_gpus(chart)
+    finally:
+        chart.cluster.net.run(["rm", "-rf", *dirs])
+
+
+def _claimed_job(team: str, name: str, image: str) -> list[Obj]:
+    """A Job whose pod takes a 3Gi share of our DRA class through a claim template."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": f"{name}-share", "namespace": team},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpu",
+                            "exactly": {
+                                "deviceClassName": resources.DRA_SHARE_CLASS,
+                                "capacity": {"requests": {"memory": "3Gi"}},
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    container = {
+        "name": "main",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": [
+            "python",
+            "-c",
+            "import os, time; print(os.environ.get('NVIDIA_VISIBLE_DEVICES'), flush=True); time.sleep(10**9)",
+        ],
+        "resources": {"claims": [{"name": "gpu"}]},
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": team, "labels": {f"{KUEUE}/queue-name": "gpus"}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [container],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": f"{name}-share"}],
+                }
+            },
+        },
+    }
+    return [template, job]
+
+
+def test_dra_shares_are_admitted_by_kueue_per_share_on_a_dra_node(kueue: PodRelease, work: Workloads) -> None:
+    """Kueue counts a DRA claim's devices of our class (its deviceClassMappings), as ResourceQuota does: a
+    team gets a number of shares, and its pods get their GPU through our CDI spec."""
+    chart = kueue
+    with node_mode(work, "dra"):
+        wait("the DRA driver Ready", lambda: ready(chart, "daemonsets", "dra-driver") == (1, 1), 180)
+        _team(work, "team-dra", "gpu-dra", {SHARES: 2})
+        image = chart.cluster.names["gpushare"]
+        for name in ("first", "second", "third"):
+            out = work.apply(*_claimed_job("team-dra", name, image))
+            assert "created" in out, out
+        for name in ("first", "second"):
+            _until_admitted(chart, "team-dra", name)
+            pod = wait(f"{name}'s pod running", functools.partial(_running, chart, "team-dra", name), 180)
+            assert pod["spec"]["nodeSelector"] == {"ack.node.gpu.schedule": "dra"}
+            logged = chart.cluster.kubectl("logs", "-n", "team-dra", pod["metadata"]["name"]).stdout
+            assert logged.strip().startswith("GPU-"), logged  # the env our CDI spec gave it
+        wait("third's Workload", lambda: _workload(chart, "team-dra", "third"), 60)
+        assert not _admitted(chart, "team-dra", "third")  # a third share is past the team's 2
+        assert _get(chart, "jobs", "third", "team-dra")["spec"]["suspend"] is True
+        chart.cluster.kubectl("delete", "namespace", "team-dra", "--wait=true", "--timeout=120s")
