@@ -88,6 +88,8 @@ def _apply_doc_blocks(chart: PodRelease) -> None:
             env = {
                 "KUBECONFIG": str(chart.cluster.kubeconfig),
                 "PATH": f"{chart.cluster.kube_bins}:/usr/bin:/bin",
+                # kubectl keeps its discovery cache under $HOME/.kube: without HOME, in the checkout
+                "HOME": str(chart.cluster.workdir),
             }
             done = subprocess.run(
                 ["bash", "-e", "-o", "pipefail", "-c", block.code],
