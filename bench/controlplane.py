@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e import objects
 from tests.e2e.bed import Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.controlplane import free_port
 from webhook.devcluster.process import Process
 from webhook.kube import rest

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from webhook.cli import check, report
-from webhook.core import demand, verdict
+from webhook.core.admission import verdict
+from webhook.core.placement import demand
 
 MEM = "aliyun.com/gpu-mem"
 

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from tests.extender.factory import node, pod
-from webhook.core import ranking
-from webhook.core.allocator import Policy
+from webhook.core.placement import ranking
+from webhook.core.placement.allocator import Policy
 from webhook.extender import records, summaries
 from webhook.extender.cache import MODIFIED, Cache
 

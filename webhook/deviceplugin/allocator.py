@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
-from webhook.core import devices, matching, mps, podviews, resources
+from webhook.core.node import devices, matching, mps, podviews
+from webhook.core.wire import resources
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,9 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.core import annotations as ann
-from webhook.core import podviews, resources
+from webhook.core.node import podviews
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.core import cdi, devices, drashares, mps
+from webhook.core.node import cdi, devices, drashares, mps
 from webhook.dra import checkpoint
 from webhook.dra.cdispecs import SpecFiles
 from webhook.kube import errors

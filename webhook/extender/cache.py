@@ -15,8 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import accounting, allocator, modes, ranking, resources, spreading
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting, allocator, modes, ranking, spreading
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.extender.assumptions import ASSUME_TTL_NS, Assumption, holds, newer, replaces
 from webhook.extender.blocks import NodeBlocks
 from webhook.extender.nominations import Nomination, Nominations

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import accounting, demand, resources, wholecards
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting, demand, wholecards
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 
 UNASKED = "carries a gpushare placement but asks for no GPU memory and no whole GPU: not counted"
 

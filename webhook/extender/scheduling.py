@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.core import accounting, allocator, demand, modes, ranking, wholecards
+from webhook.core.placement import accounting, allocator, demand, modes, ranking, wholecards
 from webhook.extender import records, wire
 from webhook.extender import wholecards as whole
 from webhook.extender.cache import NOT_SYNCED, Cache

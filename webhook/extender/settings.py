@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from webhook.core import allocator, resources
+from webhook.core.placement import allocator
+from webhook.core.wire import resources
 
 URL_PREFIX = "/gpushare-scheduler"
 DEFAULT_PORT = 39999

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 
-from webhook.core import accounting, ranking, spreading
-from webhook.core.allocator import Policy
+from webhook.core.placement import accounting, ranking, spreading
+from webhook.core.placement.allocator import Policy
 
 # Pod sizes (with a policy) whose keys are kept: each changed node costs one quick_rank per kept size, and
 # a size asked after it fell out costs one quick_rank per node, once.
