@@ -65,8 +65,7 @@ def gpu_memory_containers(
     spec: Mapping[str, Any], names: resources.GpuResourceNames
 ) -> list[Mapping[str, Any]]:
     """The containers and init containers that ask for GPU memory, in spec order."""
-    view = specview.read(templates.PodTemplate("", {}, spec), names)
-    return [c.body for c in view.containers if c.holds(names.memory)]
+    return [c.body for c in specview.read(templates.PodTemplate("", {}, spec), names).memory_holders]
 
 
 def asks_gpu_memory(spec: Mapping[str, Any], names: resources.GpuResourceNames) -> bool:
@@ -217,15 +216,14 @@ def _pinned_node(term: Mapping[str, Any]) -> str | None:
 
 
 def _annotation(view: specview.SpecView, key: str) -> str | None:
-    template = view.template
     annotations = view.annotations
     if annotations is not None and not isinstance(annotations, templates.OBJECT):
-        path = templates.key_path(template.field("metadata"), "annotations")
+        path = templates.key_path(templates.join(view.path, "metadata"), "annotations")
         raise _WrongType(rules.wrong_type(path, None, annotations, "an object"))
     if annotations is None or key not in annotations:
         return None
     raw = annotations[key]
-    path = templates.key_path(template.field("metadata.annotations"), key)
+    path = templates.key_path(templates.join(view.path, "metadata.annotations"), key)
     if not isinstance(raw, str):
         raise _WrongType(rules.wrong_type(path, None, raw, 'a string: "true" or "false" in quotes'))
     value = raw.strip().lower()
@@ -251,20 +249,25 @@ def _source(policy: IsolationPolicy, annotation: str | None, env: str | None) ->
 
 def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecision:
     # Misshapen lists and items are skipped: the rules deny them, naming the field.
-    memory, template = view.names.memory, view.template
-    indexed = [c for c in view.containers if c.holds(memory)]
+    indexed = view.memory_holders
     if not indexed:
         return IsolationDecision(None)
-    key, spec = policy.label_key, template.spec
+    key, spec = policy.label_key, view.template.spec  # a field: view.spec is a call more
     warnings: list[str] = []
-    spec_path = template.field("spec")
+    spec_path = view.spec_path
     # Read in this order (the first misshapen field is the one reported); absent ones cost no call.
     selector = spec.get("nodeSelector")
     if selector is not None:
         selector = _get(spec, "nodeSelector", templates.OBJECT, spec_path, "an object (label: value)")
-    affinity = _NO_AFFINITY if spec.get("affinity") is None else _required_affinity(spec, key, spec_path)
+    written = spec.get("affinity")
+    if written is None or _no_required_terms(written):  # most pods: no required node terms
+        affinity = _NO_AFFINITY
+    else:
+        affinity = _required_affinity(spec, key, spec_path)
     notes = view.annotations
-    annotation = None if notes is None else _annotation(view, policy.annotation_key)
+    # Read only where there is something to read: absent, or an object without the key (most pods).
+    absent = notes is None or (type(notes) is dict and policy.annotation_key not in notes)
+    annotation = None if absent else _annotation(view, policy.annotation_key)
     settings = [_env_setting(c, policy.env_name, warnings) for c in indexed]
     every_true = settings.count("true") == len(settings)
     env_signal = "true" if every_true else "false" if "false" in settings else None
@@ -285,7 +288,7 @@ def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecisi
             why = _source(policy, annotation, env_signal)
             warnings.append(f"required node affinity on {key} is kept although {why}")
         return IsolationDecision(None, tuple(warnings))
-    node_name = template.spec.get("nodeName")
+    node_name = spec.get("nodeName")
     if isinstance(node_name, str) and node_name:
         # Placed without the scheduler: a selector the node's label does not match makes the kubelet
         # refuse the pod (NodeAffinity), so none is added; the node's pool is the user's choice.
@@ -329,7 +332,12 @@ def decide(
     says "false"; else `policy.default`. `view` is the template's view (specview.read) when the caller
     has it.
     """
+    return decide_view(view or specview.read(template, names), policy)
+
+
+def decide_view(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecision:
+    """`decide` of a template whose view is read: the verdict's call, one view for every rule."""
     try:
-        return _decide(view or specview.read(template, names), policy)
+        return _decide(view, policy)
     except _WrongType as err:
         return IsolationDecision(None, (), err.violation)

@@ -15,9 +15,6 @@ from webhook.core.placement import demand, wholecards
 from webhook.core.specs import gpumem, podspec, specview, templates
 from webhook.core.wire import quantity, resources
 
-_VALUE_LIMIT = 60
-_NAME_LIMIT = 63
-
 
 @dataclass(frozen=True, slots=True)
 class Violation:
@@ -44,45 +41,38 @@ def wrong_type(path: str, container: str | None, value: object, expected: str) -
 
 def _value_problem(
     container: podspec.Container,
-    section: str,
-    raw: object,
-    parsed: quantity.Quantity | str,
-    *,
-    name: str,
+    value: podspec.GpuValue,
+    amount: podspec.Amount,
     names: resources.GpuResourceNames,
     unit: str,
 ) -> Violation | None:
-    """What is wrong with one GPU value (`parsed` as gpumem.parse gave it); None when it is fine. The
-    field path and container name are built only for a violation: most values are fine."""
+    """What is wrong with one GPU value (`amount`, the limit or request of `value` as the walk read it);
+    None when it is fine. The field path and container name are built only for a violation."""
+    name, raw, parsed = value.name, amount.raw, amount.parsed
     if name == names.memory:
         found = gpumem.memory_problem(raw, parsed, name, unit)
         if found is None:
             return None
-        return Violation(_field(container, section, name), container.name, show(raw), *found)
+        return Violation(_field(container, amount.section, value), container.name, show(raw), *found)
     if isinstance(parsed, str):
         problem, fix = f"is not a valid quantity: {parsed}", 'write a whole number such as "1"'
     elif parsed.is_negative():
-        problem = f"{templates.printable(name, _VALUE_LIMIT)} cannot be negative"
+        problem = f"{value.shown} cannot be negative"
         fix = 'use 0 or more, e.g. "1"'
     elif parsed.is_integer():
         return None
     elif names.is_whole_device(name):
-        shown = templates.printable(name, _VALUE_LIMIT)
         share = f"{names.memory} (in {gpumem.unit_plural(unit)})"
-        problem = f"only whole GPUs are possible with {shown}; a share of one GPU is asked with {share}"
+        problem = f"only whole GPUs are possible with {value.shown}; a share of one GPU is asked with {share}"
         fix = f'use a whole number of GPUs such as "1", or {names.memory}: "<{unit}>" for a share of one GPU'
     else:
-        problem = f"{templates.printable(name, _VALUE_LIMIT)} must be a whole number"
+        problem = f"{value.shown} must be a whole number"
         fix = 'use a whole number such as "1"'
-    return Violation(_field(container, section, name), container.name, show(raw), problem, fix)
+    return Violation(_field(container, amount.section, value), container.name, show(raw), problem, fix)
 
 
-def _resources_path(container: podspec.Container) -> str:
-    return f"{container.path}.resources"
-
-
-def _field(container: podspec.Container, section: str, name: str) -> str:
-    return f"{container.path}.resources.{section}[{templates.printable(name, _VALUE_LIMIT)}]"
+def _field(container: podspec.Container, section: str, value: podspec.GpuValue) -> str:
+    return f"{container.path}.resources.{section}[{value.shown}]"
 
 
 def _same(limit: quantity.Quantity | str, request: quantity.Quantity | str) -> bool:
@@ -94,41 +84,39 @@ def _same(limit: quantity.Quantity | str, request: quantity.Quantity | str) -> b
 
 
 def _check_resource(
-    container: podspec.Container, name: str, names: resources.GpuResourceNames, unit: str
+    container: podspec.Container, value: podspec.GpuValue, names: resources.GpuResourceNames, unit: str
 ) -> list[Violation]:
-    limits, requests = container.limits, container.requests
-    if name == names.count:
+    """One GPU value that is not settled (podspec.GpuValue.settled)."""
+    limit_read, request_read = value.limit, value.request
+    if value.name == names.count:
         # Not a container's resource at all: one violation, at the limit when there is one.
-        section = "limits" if name in limits else "requests"
         found = gpumem.count_resource(names.count)
-        raw = limits[name] if name in limits else requests[name]
-        return [Violation(_field(container, section, name), container.name, show(raw), *found)]
+        amount = value.amount
+        return [Violation(_field(container, amount.section, value), container.name, show(amount.raw), *found)]
     out: list[Violation] = []
     limit: quantity.Quantity | str | None = None
-    if name in limits:
-        amount = container.amount(name)
-        assert amount is not None
-        limit = amount.parsed
-        problem = _value_problem(container, "limits", amount.raw, limit, name=name, names=names, unit=unit)
+    if limit_read is not None:
+        limit = limit_read.parsed
+        problem = _value_problem(container, value, limit_read, names, unit)
         if problem is not None:
             out.append(problem)
-    if name not in requests:
+    if request_read is None:
         return out
-    request = container.request(name)
+    request = request_read.parsed
     # After defaulting a Pod's request is a copy of its limit: report a bad value once, at the limit.
     # Compared as the API server does (validateResourceRequirements), after defaulting rounded both up to
     # milli.
     if limit is not None and _same(limit, request):
         return out
-    raw = requests[name]
-    problem = _value_problem(container, "requests", raw, request, name=name, names=names, unit=unit)
+    raw = request_read.raw
+    problem = _value_problem(container, value, request_read, names, unit)
     if problem is not None:
         out.append(problem)
-    shown = templates.printable(name, _VALUE_LIMIT)
-    if limit is None:
+    shown = value.shown
+    if limit_read is None:
         out.append(
             Violation(
-                _field(container, "limits", name),
+                _field(container, "limits", value),
                 container.name,
                 None,
                 f"requests[{shown}] is {show(raw)} but there is no limit; "
@@ -139,55 +127,71 @@ def _check_resource(
     elif isinstance(limit, quantity.Quantity) and isinstance(request, quantity.Quantity):
         out.append(
             Violation(
-                _field(container, "requests", name),
+                _field(container, "requests", value),
                 container.name,
                 show(raw),
-                f"must equal limits[{shown}] ({show(limits[name])}); GPU resources cannot be overcommitted",
+                f"must equal limits[{shown}] ({show(limit_read.raw)}); GPU resources cannot be overcommitted",
                 f"set requests[{shown}] equal to the limit, or leave it out (it defaults to the limit)",
             )
         )
     return out
 
 
-def _wrong_types(res: object, res_path: str, name: str | None) -> list[Violation]:
-    """`resources`, or its limits or requests, when present but no object."""
-    if res is None:
-        return []
-    if not isinstance(res, templates.OBJECT):
-        return [wrong_type(res_path, name, res, "an object")]
-    out: list[Violation] = []
-    for section in ("limits", "requests"):
-        values = res.get(section)
-        if values is not None and not isinstance(values, templates.OBJECT):
-            out.append(wrong_type(templates.join(res_path, section), name, values, "an object"))
-    return out
-
-
 def _check_container(
     container: podspec.Container, names: resources.GpuResourceNames, unit: str
 ) -> list[Violation]:
-    gpu_names = container.gpu_names
-    # Sections that hold a name are objects: only an empty one may be of the wrong type.
-    shaped = bool(container.limits and container.requests)
-    if shaped or container.body.get("resources") is None:
-        if not gpu_names:
-            return []  # most containers: nothing to report, no name or path to build
-        out: list[Violation] = []
-    else:
-        out = _wrong_types(container.body.get("resources"), _resources_path(container), container.name)
-    for resource in gpu_names:
-        found = _check_resource(container, resource, names, unit)
-        if found:
-            out += found
+    """A container the walk found something to look at in: a misshapen section, a value not settled, or
+    several GPU names."""
+    out = [wrong_type(w.path, container.name, w.value, w.expected) for w in container.wrong]
+    values = container.gpu
+    if not container.settled:
+        for value in values.values():
+            if not value.settled:
+                out += _check_resource(container, value, names, unit)
     # Whole GPUs and a share in one container; with gpu-mem alone (most) there is no whole-GPU name.
-    if len(gpu_names) > 1 and names.memory in gpu_names and container.asks(names.memory):
-        whole = [n for n in gpu_names if names.is_whole_device(n) and container.asks(n)]
+    memory = values.get(names.memory)
+    if len(values) > 1 and memory is not None and memory.asks:
+        whole = [v.name for v in values.values() if v.asks and names.is_whole_device(v.name)]
         if whole:
-            section = "limits" if names.memory in container.limits else "requests"
+            section = "limits" if memory.limit is not None else "requests"
             both = gpumem.whole_and_memory(whole[0], names.memory, unit)
-            path = f"{_resources_path(container)}.{section}"
+            path = f"{container.path}.resources.{section}"
             out.append(Violation(path, container.name, None, both.problem, both.fix))
     return out
+
+
+def _memory_units(container: podspec.Container, names: resources.GpuResourceNames, unit: str) -> int | None:
+    """demand.units, from the walk's values: the container's whole gpu-mem units (0 when none); None
+    where demand.units raises (a bad value, or a misshapen section on the way to it: reported where
+    it is)."""
+    value = container.gpu.get(names.memory)
+    if container.wrong and (value is None or value.limit is None):
+        return None  # read before the value, as demand._check_sections reads it
+    if value is None:
+        return 0
+    amount = value.amount
+    if not amount.plain and gpumem.memory_problem(amount.raw, amount.parsed, names.memory, unit):
+        return None
+    assert not isinstance(amount.parsed, str)  # memory_problem reports every unparsed value
+    try:
+        return amount.parsed.to_int()
+    except ValueError:  # a value too large
+        return None
+
+
+def _app_units(view: specview.SpecView, unit: str) -> int | None:
+    """The app containers' gpu-mem units in all; None when one is unknown or a list is misshapen."""
+    total = 0
+    for item in view.items:
+        if item.key != "containers":
+            continue
+        if isinstance(item, podspec.WrongShape):
+            return None
+        units = _memory_units(item, view.names, unit)
+        if units is None:
+            return None
+        total += units
+    return total
 
 
 def _check_gpu_count(view: specview.SpecView, unit: str) -> list[Violation]:
@@ -202,14 +206,8 @@ def _check_gpu_count(view: specview.SpecView, unit: str) -> list[Violation]:
         return []
     raw = labels[names.count]
     path = templates.key_path(templates.join(prefix, "metadata.labels"), names.count)
-    app = [c for c in view.items if c.key == "containers"]
-    total: int | None = None  # unknown: a misshapen list or bad value, reported where it is
-    if all(isinstance(c, podspec.Container) for c in app):
-        try:
-            total = sum(demand.units(c, names.memory, unit) for c in app if isinstance(c, podspec.Container))
-        except ValueError:  # DemandError, or a value too large
-            total = None
-    found = demand.count_label_problem(labels, names, total, unit)
+    # unknown (None): a misshapen list or bad value, reported where it is
+    found = demand.count_label_problem(labels, names, _app_units(view, unit), unit)
     return [] if found is None else [Violation(path, None, show(raw), *found)]
 
 
@@ -217,23 +215,26 @@ def _check_init_memory(view: specview.SpecView, unit: str) -> list[Violation]:
     """Init containers asking gpu-mem must fit inside what the app containers hold (demand.init_problem).
     Judged only when every amount reads: a bad value is reported where it is."""
     names = view.names
-    init = [c for c in view.containers if c.init and c.asks(names.memory)]
+    memory = names.memory
+    init = [c for c in view.containers if c.init and memory in c.gpu and c.gpu[memory].asks]
     if not init or view.misshapen:
         return []
+    app_total = _app_units(view, unit)
+    asked = [(c, _memory_units(c, names, unit)) for c in init]
+    if app_total is None or any(units is None for _, units in asked):
+        return []  # reported by the other rules
     try:
-        app_total = sum(demand.units(c, names.memory, unit) for c in view.containers if not c.init)
         labels = view.labels if isinstance(view.labels, templates.OBJECT) else {}
         count = demand.gpu_count(labels, names.count)
-        asked = [(c, demand.units(c, names.memory, unit)) for c in init]
-    except ValueError:  # DemandError, or a value too large: reported by the other rules
+    except ValueError:  # DemandError: reported by the gpu-count rule
         return []
     out = []
     for container, units in asked:
-        found = demand.init_problem(
-            units, app_total, count, names, unit, sidecar=demand.is_sidecar(container)
-        )
+        assert units is not None
+        found = demand.init_problem(units, app_total, count, names, unit, sidecar=container.sidecar)
         if found is not None:
-            out.append(Violation(demand.memory_path(container, names), container.name, str(units), *found))
+            path = _field(container, container.gpu[memory].amount.section, container.gpu[memory])
+            out.append(Violation(path, container.name, str(units), *found))
     return out
 
 
@@ -243,24 +244,31 @@ def check(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> list[Viol
     `unit` is the configured gpu-mem unit, named in messages. Order: containers, then init containers
     (ephemeral containers cannot have resources), each by resource name; then the pod-level gpu-count
     label, the mixed-pod rule, init containers' memory and the MPS compute share.
+
+    Each rule reads the view only. A rule is entered only when the view shows it has something to judge
+    (most pods: one GPU value, settled in the walk), so a fine pod costs this one call.
     """
     out: list[Violation] = []
     names = view.names
     for item in view.items:
         if isinstance(item, podspec.WrongShape):
             out.append(wrong_type(item.path, None, item.value, item.expected))
-        else:
+        elif item.wrong or not item.settled or len(item.gpu) > 1:
             out += _check_container(item, names, unit)
-    if view.labels is not None:
+    labels = view.labels
+    if labels is not None and (not isinstance(labels, templates.OBJECT) or names.count in labels):
         out += _check_gpu_count(view, unit)
     card = names.whole_card  # the mixed-pod rule has nothing to say where no container names cards
     if any(card in c.limits or card in c.requests for c in view.containers):
         mixed = wholecards.mixed(view.spec, names, view.path, walked=view.items)
         if mixed is not None:
             out.append(Violation(mixed.path, mixed.container, None, *mixed.problem))
-    if not out:  # judged on amounts that are right otherwise: a wrong one is to be fixed first
+    memory = names.memory
+    # judged on amounts that are right otherwise: a wrong one is to be fixed first
+    if not out and any(c.init and memory in c.gpu for c in view.containers):
         out += _check_init_memory(view, unit)
-    if view.annotations is not None:
+    notes = view.annotations
+    if isinstance(notes, templates.OBJECT) and mps.COMPUTE_PERCENT_ANNOTATION in notes:
         out += _check_compute_percent(view)
     return out
 

@@ -153,9 +153,12 @@ def _small_shares(view: specview.SpecView, policy: Policy) -> list[str]:
     memory, unit = policy.names.memory, policy.memory_unit
     found = []
     for container in view.containers:
-        amount = container.amount(memory)
-        if amount is None or gpumem.memory_problem(amount.raw, amount.parsed, memory, unit) is not None:
-            continue  # none asked, or denied by the rules with a fix of their own
+        value = container.gpu.get(memory)
+        if value is None:
+            continue  # none asked
+        amount = value.amount
+        if not amount.plain and gpumem.memory_problem(amount.raw, amount.parsed, memory, unit) is not None:
+            continue  # denied by the rules with a fix of their own
         assert not isinstance(amount.parsed, str)
         mib = amount.parsed.to_int() * policy.unit_mib
         if gpumem.under_least(mib, policy.min_share_mib):
@@ -168,7 +171,7 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
     # One view of the template (its containers walked, each GPU quantity parsed once) serves every rule.
     view = specview.read(template, policy.names)
     violations = rules.check(view, policy.memory_unit)
-    decision = isolation.decide(template, policy.isolation, policy.names, view)
+    decision = isolation.decide_view(view, policy.isolation)
     if decision.violation is not None:
         violations.append(decision.violation)
     # Only the scheduler-name mode needs to know; a decided value already says the pod asks for gpu-mem.
@@ -176,7 +179,7 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
     scheduler, warnings = None, [*decision.warnings]
     if policy.scheduler_name is not None:
         asks = decision.value is not None or view.asks_memory() or view.asks_cards()
-        scheduler, scheduler_warnings = _scheduler(template.spec, policy, asks)
+        scheduler, scheduler_warnings = _scheduler(view.spec, policy, asks)
         warnings += scheduler_warnings
     if policy.min_share_mib > policy.unit_mib:  # else no share is under it (GiB and the default 512)
         warnings += _small_shares(view, policy)

@@ -29,7 +29,7 @@ _VALUE_LIMIT = 60
 # Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
 _MAX_INT_BITS = 3000
 # Spellings this long or shorter are remembered once read (as quantity.parse does).
-_CACHED_LENGTH = 32
+CACHED_LENGTH = _CACHED_LENGTH = 32
 # What a quantity may arrive as; a tuple, as `str | int | ...` in isinstance builds a union per call.
 _JSON_SCALARS = (str, int, float, type(None))
 
@@ -143,6 +143,31 @@ def _parse_text(raw: str) -> quantity.Quantity | str:
         return quantity.from_json(raw)
     except quantity.QuantityError as err:
         return err.reason
+
+
+def read(raw: object) -> tuple[quantity.Quantity | str, bool]:
+    """`parse(raw)`, and whether the value is plain: a whole number >= 0 written without a suffix, of
+    which no rule has anything to say, whatever the resource and unit (memory_problem is None for it,
+    and so are the whole-GPU rules). The walk (podspec) reads every GPU value through here once."""
+    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+        return read_text(raw)
+    parsed = parse(raw)
+    return parsed, _plain(raw, parsed)
+
+
+# One tuple per spelling: a limit and a request of the same spelling get the same parsed object.
+@functools.lru_cache(maxsize=4096)
+def read_text(raw: str) -> tuple[quantity.Quantity | str, bool]:
+    """`read` of a spelling of at most 32 characters, remembered (the walk calls it directly)."""
+    parsed = _parse_text(raw)
+    return parsed, _plain(raw, parsed)
+
+
+def _plain(raw: object, parsed: quantity.Quantity | str) -> bool:
+    if isinstance(parsed, str) or parsed.is_negative() or not parsed.is_integer():
+        return False
+    # As memory_value reads a suffix: one the API server may have written is judged there, per unit.
+    return not (isinstance(raw, str) and _BYTE_SUFFIX.match(raw.strip()))
 
 
 def _ceil(value: quantity.Quantity, divisor: int = 1) -> int:

@@ -2,8 +2,12 @@
 before the first rule, then read by all of them (rules, isolation, look-alikes, the mixed-pod rule, and
 the demand that the extender, the device plugin and `gpushare check` count with).
 
+One walk builds it: each container's name, path, misshapen sections and GPU values (limit and request as
+written and parsed, or the reason they do not parse; podspec.GpuValue), and the pod-level facts the rules
+ask for first. The rules read the view only, never the raw pod.
+
     view = specview.read(templates.PodTemplate("", metadata, spec), names)
-    view.containers[0].amount("aliyun.com/gpu-mem")  # Amount("limits", "4", Quantity('4')), parsed once
+    view.containers[0].gpu["aliyun.com/gpu-mem"].limit  # Amount("limits", "4", Quantity('4'), True)
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class SpecView(NamedTuple):
     containers: list[podspec.Container]  # the items that are container objects
     labels: object
     annotations: object
+    spec_path: str  # the template's "spec" field path, for messages
+    # The containers holding more than zero GPU memory, in spec order (what isolation decides for).
+    memory_holders: list[podspec.Container]
 
     @property
     def path(self) -> str:
@@ -48,8 +55,7 @@ class SpecView(NamedTuple):
 
     def asks_memory(self) -> bool:
         """Some container asks for more than zero GPU memory, read as a number."""
-        memory = self.names.memory
-        return any(c.holds(memory) for c in self.containers)
+        return bool(self.memory_holders)
 
     def asks_cards(self) -> bool:
         """Some container asks for whole cards (an unreadable count counts as asking)."""
@@ -59,7 +65,13 @@ class SpecView(NamedTuple):
 
 def read(template: templates.PodTemplate, names: resources.GpuResourceNames) -> SpecView:
     """The view of `template`: every container walked once (podspec.containers), its metadata read."""
-    items = podspec.containers(template.spec, template.path, podspec.matcher(names))
+    path = template.path
+    items = podspec.containers(template.spec, path, podspec.matcher(names))
     objects = [c for c in items if isinstance(c, podspec.Container)]
+    memory = names.memory
+    # Container.holds, read from the walk's values (a GPU name's holds was computed there)
+    holders = [c for c in objects if memory in c.gpu and c.gpu[memory].holds]
     metadata = template.metadata
-    return SpecView(template, names, items, objects, metadata.get("labels"), metadata.get("annotations"))
+    spec_path = f"{path}.spec" if path else "spec"  # templates.join(path, "spec")
+    labels, annotations = metadata.get("labels"), metadata.get("annotations")
+    return SpecView(template, names, items, objects, labels, annotations, spec_path, holders)
