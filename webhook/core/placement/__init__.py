@@ -1,2 +1,3 @@
-"""Where a pod's GPU memory goes: its demand, each node's ledger, the GPU choice and ranking (binpack, spread),
-whole cards, node modes and the placement annotations. May import specs and wire, never admission or node."""
+"""Where a pod's GPU memory goes: its demand, each node's ledger, the GPU choice and ranking (binpack,
+spread), whole cards, node modes and the placement annotations. May import specs and wire, never admission
+or node."""

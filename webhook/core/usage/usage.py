@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from webhook.core.node import devices
-from webhook.core.usage.podshares import MIB, PodShares
 from webhook.core.usage import cgroups
+from webhook.core.usage.podshares import MIB, PodShares
 
 # Why a process's memory is counted on no container (the `reason` label of the unattributed metric).
 HOST = "host"  # its cgroup is in no pod: a host process or system service
