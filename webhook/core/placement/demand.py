@@ -230,6 +230,11 @@ def pod_demand(
     Any JSON shape is read: a wrong type raises DemandError naming the field, never another error.
     """
     names = names or resources.GpuResourceNames()
+    return of_view(specview.read(template_of(pod), names), unit)
+
+
+def template_of(pod: Mapping[str, Any]) -> templates.PodTemplate:
+    """The pod (or pod template) as the view reads it; DemandError for a spec or metadata of no object."""
     parts = []
     for key in ("spec", "metadata"):
         value = pod.get(key)
@@ -238,7 +243,7 @@ def pod_demand(
             raise _error(key, None, None, gpumem.wrong_type(value, "an object"))
         parts.append(value or {})
     spec, metadata = parts
-    return of_view(specview.read(templates.PodTemplate("", metadata, spec), names), unit)
+    return templates.PodTemplate("", metadata, spec)
 
 
 def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> GpuMemoryDemand:

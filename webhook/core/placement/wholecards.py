@@ -20,7 +20,7 @@ from webhook.core.placement.accounting import Gpu
 from webhook.core.placement.allocator import Fit, NoFit
 from webhook.core.placement.annotations import Allocation
 from webhook.core.placement.demand import DemandError
-from webhook.core.specs import gpumem, podspec, templates
+from webhook.core.specs import gpumem, podspec, specview, templates
 from webhook.core.wire import resources
 
 _NAME_LIMIT = 63
@@ -171,6 +171,21 @@ def pod_cards(pod: Mapping[str, Any], names: resources.GpuResourceNames | None =
     found = mixed(spec, names)
     if found is not None:
         raise DemandError(gpumem.describe(found.path, found.container, None, *found.problem))
+    return CardDemand(tuple(app), tuple(init))
+
+
+def of_view(view: specview.SpecView) -> CardDemand:
+    """`pod_cards` from a view already read (`demand.of_view` has raised for its misshapen items), so a
+    pod's whole cards and GPU memory come from one walk of its containers."""
+    names = view.names
+    app: list[int] = []
+    init: list[int] = []
+    for item in view.containers:
+        (init if item.init else app).append(container_cards(item.body, names.whole_card, item.path))
+    if any(app) or any(init):
+        found = mixed(view.spec, names, view.path, view.items)
+        if found is not None:
+            raise DemandError(gpumem.describe(found.path, found.container, None, *found.problem))
     return CardDemand(tuple(app), tuple(init))
 
 
