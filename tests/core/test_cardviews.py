@@ -1,4 +1,5 @@
-"""core.cardviews: a whole-card pod as the device plugin sees it, and core.cardmatching's pure choices."""
+"""core.node.cardviews: a whole-card pod as the device plugin sees it, and core.node.cardmatching's pure
+choices."""
 
 from __future__ import annotations
 

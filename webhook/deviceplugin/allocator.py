@@ -2,7 +2,7 @@
 turn them into the env of the container the extender placed (Allocate).
 
 Pods come from a `PodSource` (a watch of this node's pods, never an API list per call: fault 6), the
-kubelet's own pod list from `KubeletPods` (PodResources, optional); the matching is `core.matching`.
+kubelet's own pod list from `KubeletPods` (PodResources, optional); the matching is `core.node.matching`.
 The lock covers only the book, never a wait or an RPC, so one waiting Allocate blocks no other call.
 Marking a pod assigned goes to an `AssignMarker` queue. Failures raise `AllocateError`, never a fake env.
 `BookAllocator` is what this gpu-mem `Allocator` shares with the whole-card one (wholecards.py).

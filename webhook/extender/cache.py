@@ -66,7 +66,7 @@ class Cache:
         self._nominations = Nominations()
         self._tokens = itertools.count(1)
         # What filter judges every node by (free memory per GPU, best-fit keys), refreshed on read; with
-        # the dicts above, the one state core.filtering reads (by reference: no copy, no callback).
+        # the dicts above, the one state core.placement.filtering reads (by reference: no copy, no callback).
         self._summaries = Summaries(self._ledgers, self._nodes)
         held = (self._ledgers, self._nodes, self._summaries, self._placements, self._blocks.reasons)
         self.state = filtering.NodeState(unit, *held, self._pods)

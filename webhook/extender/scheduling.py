@@ -1,5 +1,5 @@
-"""Filter and prioritize: the pod's ask read once (core.placement.podask), then every node judged and
-ranked from it in core (core.placement.filtering: core.allocator fits, core.ranking compares).
+"""Filter and prioritize: the pod's ask read once (core.placement.podask), then every node judged and ranked
+from it in core (core.placement.filtering: core.placement.allocator fits, core.placement.ranking compares).
 
 Read-only on the cache but for filter's nomination, and never an API call, so both answer in microseconds
 per node; followers answer them too. Filter takes the cache lock once for all nodes, so every node is

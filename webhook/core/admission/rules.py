@@ -161,21 +161,12 @@ def _check_container(
 
 
 def _memory_units(container: podspec.Container, names: resources.GpuResourceNames, unit: str) -> int | None:
-    """demand.units, from the walk's values: the container's whole gpu-mem units (0 when none); None
-    where demand.units raises (a bad value, or a misshapen section on the way to it: reported where
-    it is)."""
-    value = container.gpu.get(names.memory)
-    if container.wrong and (value is None or value.limit is None):
-        return None  # read before the value, as demand._check_sections reads it
-    if value is None:
-        return 0
-    amount = value.amount
-    if not amount.plain and gpumem.memory_problem(amount.raw, amount.parsed, names.memory, unit):
-        return None
-    assert not isinstance(amount.parsed, str)  # memory_problem reports every unparsed value
+    """The container's whole gpu-mem units as the extender counts them (demand.units: one count for
+    both); None where that count fails, a bad value or a misshapen section the other rules report.
+    Reached only for the gpu-count label and init containers that ask memory."""
     try:
-        return amount.parsed.to_int()
-    except ValueError:  # a value too large
+        return demand.units(container, names.memory, unit)
+    except demand.DemandError:
         return None
 
 

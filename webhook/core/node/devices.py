@@ -2,7 +2,7 @@
 
 The kubelet counts `aliyun.com/gpu-mem` as fake devices (one per memory unit, `<GPU UUID>-_-<j>`), so a
 device ID names its GPU: that is how GetPreferredAllocation steers the kubelet to the extender's GPU and
-how Allocate and PodResources tell which GPU a container holds (core.matching). Pure: no I/O, no clock.
+how Allocate and PodResources tell which GPU a container holds (core.node.matching). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations

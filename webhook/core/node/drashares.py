@@ -4,8 +4,8 @@ of its requests gives a container.
 The kubelet names only the claim; kube-scheduler wrote what it got in `status.allocation.devices.results`:
 per result the request, our pool and device, the `shareID` of this share of a device allowing multiple
 allocations and its `consumedCapacity` (our `memory`, already rounded to the device's request policy).
-Each request becomes one CDI device holding the gpushare env of the GPUs it got (core.gpuenv), plus the
-MPS limit and mounts on MPS nodes (core.mps): a container naming the request gets exactly that.
+Each request becomes one CDI device holding the gpushare env of the GPUs it got (core.node.gpuenv), plus the
+MPS limit and mounts on MPS nodes (core.node.mps): a container naming the request gets exactly that.
 
     read(claim, uid, driver="gpushare.aliyun.com", pool="node-1", gpus=gpus, granularity=Granularity())
     -> ClaimShares((Share("gpu", "gpu-0", 0, 3, "7f1c..."),))

@@ -1,6 +1,6 @@
 """The gpushare env of a container holding GPU memory: what the original tools read (`ALIYUN_COM_GPU_MEM_*`)
 and the NVIDIA runtime acts on (`NVIDIA_VISIBLE_DEVICES`). One place for the device plugin's Allocate
-(core.matching) and the DRA driver's CDI specs (core.drashares).
+(core.node.matching) and the DRA driver's CDI specs (core.node.drashares).
 
     container_env([gpu1], {1: 4}, pod_total=4, granularity=GiB)
     -> {"NVIDIA_VISIBLE_DEVICES": "GPU-...", "ALIYUN_COM_GPU_MEM_IDX": "1", "ALIYUN_COM_GPU_MEM_POD": "4",

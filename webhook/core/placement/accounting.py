@@ -25,7 +25,7 @@ class DevicesError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Gpu:
     """One GPU of a node with the memory pods hold on it, and how many pods hold it (`shares`: what
-    spread minimises, core.spreading). An unhealthy GPU has no free memory."""
+    spread minimises, core.placement.spreading). An unhealthy GPU has no free memory."""
 
     index: int
     memory: int

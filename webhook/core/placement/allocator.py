@@ -1,12 +1,12 @@
 """Choose the GPU(s) of one node for a pod's GPU-memory demand: fit, best-fit choice, and node scores.
 
-Placement rules (gpu_count = 1): the whole pod goes on one GPU when one has room (as the original
-protocol, one ALIYUN_COM_GPU_MEM_IDX); failing that, a pod of several gpu-mem containers may put each
-container on its own GPU (best fit, largest container first). With the label `aliyun.com/gpu-count: M`
-the pod's total is split evenly over M distinct GPUs, containers filled into them in index order.
-Unhealthy GPUs never take memory. `binpack` picks the GPU with the least free memory that still fits,
-lowest index on ties; `spread` the one holding the fewest shares (pods), then the most free memory, then
-the lowest index (core.spreading), for each container of a split pod and each GPU of a multi-GPU pod.
+Placement rules (gpu_count = 1): the whole pod goes on one GPU when one has room (as the original protocol,
+one ALIYUN_COM_GPU_MEM_IDX); failing that, a pod of several gpu-mem containers may put each container on its
+own GPU (best fit, largest container first). With the label `aliyun.com/gpu-count: M` the pod's total is split
+evenly over M distinct GPUs, containers filled into them in index order. Unhealthy GPUs never take memory.
+`binpack` picks the GPU with the least free memory that still fits, lowest index on ties; `spread` the one
+holding the fewest shares (pods), then the most free memory, then the lowest index (core.placement.spreading),
+for each container of a split pod and each GPU of a multi-GPU pod.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Filter and prioritize for a gpu-mem pod, from its ask (core.placement.podask, read once per call) and
-the extender cache's node state: which nodes it fits, the best of them per policy (core.ranking), where
+"""Filter and prioritize for a gpu-mem pod, from its ask (core.placement.podask, read once per call) and the
+extender cache's node state: which nodes it fits, the best of them per policy (core.placement.ranking), where
 best fit nominates it, and prioritize's scores by the same keys, so filter, prioritize and bind agree.
 
 The extender hands in its own dicts (`NodeState`, under its lock) and gets plain values back: nothing here
@@ -171,8 +171,8 @@ def _nominee(ask: PodAsk, state: NodeState, name: str, default: Policy) -> tuple
 
 
 def scores(ask: PodAsk, state: NodeState, names: Sequence[str], default: Policy) -> dict[str, int]:
-    """Prioritize: 0..10 per node from the same keys filter ranks by (core.ranking.scores: the best node of
-    each policy 10); 0 for nodes where the pod does not fit or that are not known."""
+    """Prioritize: 0..10 per node from the same keys filter ranks by (core.placement.ranking.scores: the best
+    node of each policy 10); 0 for nodes where the pod does not fit or that are not known."""
     ranked: dict[str, tuple[Policy, ranking.Rank]] = {}
     for name in names:
         ledger = state.ledger(name)

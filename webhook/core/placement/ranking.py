@@ -1,13 +1,13 @@
 """How the nodes a pod fits compare: the GPU-level best fit that decides where it goes.
 
-Under `binpack` a node's key is what the pod leaves free on the GPU(s) it would get there, then on the
-whole node, and the least wins (online best fit: a 16 GiB pod takes an empty 16 GiB GPU before a 24 GiB
-one, and the 24 GiB GPU is kept for a pod that needs it). Under `spread` it is first the shares already on
-those GPU(s) (the most on one of them, then their sum: the blast radius, core.spreading), then the most
-left free on them, then on the node. Keys compare only among nodes of one policy; smaller is better.
-Filter keeps the best node of each policy (`best`: the first of equal ones, in kube-scheduler's order), so
-kube-scheduler's own scores, which know nothing of GPUs, cannot send the pod elsewhere, and the extender
-knows where the pod goes before its bind arrives.
+Under `binpack` a node's key is what the pod leaves free on the GPU(s) it would get there, then on the whole
+node, and the least wins (online best fit: a 16 GiB pod takes an empty 16 GiB GPU before a 24 GiB one, and the
+24 GiB GPU is kept for a pod that needs it). Under `spread` it is first the shares already on those GPU(s)
+(the most on one of them, then their sum: the blast radius, core.placement.spreading), then the most left free
+on them, then on the node. Keys compare only among nodes of one policy; smaller is better. Filter keeps the
+best node of each policy (`best`: the first of equal ones, in kube-scheduler's order), so kube-scheduler's own
+scores, which know nothing of GPUs, cannot send the pod elsewhere, and the extender knows where the pod goes
+before its bind arrives.
 
     key(Policy.BINPACK, left=0, node_left=16) -> (0, 16)
     key(Policy.SPREAD, left=12, node_left=28, most=0, total=0) -> (0, 0, -12, -28)

@@ -1,7 +1,7 @@
 """What `spread` optimises: ACK's `ack.node.gpu.placement: spread` puts pods on different GPUs, so that
 one card's failure takes down as few of them as possible. So spread first looks for the fewest shares
 (pods holding memory) on a GPU, the blast radius, and only among GPUs holding equally many for the most
-free memory, then the lowest index. The allocator picks GPUs by `order`, and core.ranking compares
+free memory, then the lowest index. The allocator picks GPUs by `order`, and core.placement.ranking compares
 nodes by the same numbers, so filter, prioritize, bind and nominations agree.
 
     order(shares=1, free=60, index=0) > order(shares=0, free=12, index=1)  # the empty 16 GiB GPU first

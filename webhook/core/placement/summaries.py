@@ -1,11 +1,11 @@
 """Per known node, the few numbers filter judges every node by, refreshed on read for the nodes changed
 since: filter sees thousands of nodes per call, and most change between two calls not at all.
 
-`quick_ranks(need, policy)` keeps, for the pod sizes filter was asked about lately, each node's best-fit
-key (`core.ranking.quick_rank`, from each GPU's free memory and, for spread, its shares), so filter finds
-the best node with one `min()` over the names it was sent instead of ranking each of them in Python
-(docs/extender.md, "Speed"). Not thread-safe: the extender's cache calls it under its lock. It reads
-the cache's own ledgers and known nodes (no callback into the cache), so filter's refresh stays in core.
+`quick_ranks(need, policy)` keeps, for the pod sizes filter was asked about lately, each node's best-fit key
+(`core.placement.ranking.quick_rank`, from each GPU's free memory and, for spread, its shares), so filter
+finds the best node with one `min()` over the names it was sent instead of ranking each of them in Python
+(docs/extender.md, "Speed"). Not thread-safe: the extender's cache calls it under its lock. It reads the
+cache's own ledgers and known nodes (no callback into the cache), so filter's refresh stays in core.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 where its cards go on a node our device plugin serves, and the rule that one pod takes whole cards or
 shares of GPU memory, not both.
 
-A whole card is placed with the same annotations as a share, holding the card's whole memory on each
-chosen GPU. So the ledger (core.accounting), `gpushare inspect`, the original tools and the invariant
+A whole card is placed with the same annotations as a share, holding the card's whole memory on each chosen
+GPU. So the ledger (core.placement.accounting), `gpushare inspect`, the original tools and the invariant
 checker all see a full GPU: no share can land on it, and a card only goes to a GPU nothing holds.
 
     fit(CardDemand((2,)), gpus)  -> Fit({0: {1: 16, 2: 16}})  # the two lowest-index empty healthy GPUs
