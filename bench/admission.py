@@ -52,7 +52,7 @@ from tests.admission import asgi
 from webhook.admission import app as admission_app
 from webhook.admission import review
 from webhook.admission import settings as admission_settings
-from webhook.core import verdict
+from webhook.core.admission import verdict
 from webhook.serving import body as body_limit
 from webhook.serving import jsonbody, logs, metrics, probes, server, tls
 

@@ -27,11 +27,9 @@ import copy
 import os
 import re
 import socket
-import ssl
 import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -257,11 +255,9 @@ def time_waits(port: int) -> int:
     return _sockets("time-wait", f"( dport = :{port} )")
 
 
-def own_handling(port: int, ca: Path) -> dict[str, tuple[float, float]]:
+def own_handling(bed: Bed) -> dict[str, tuple[float, float]]:
     """The webhook's own request duration histogram (its /metrics): endpoint -> (sum s, count)."""
-    context = ssl.create_default_context(cafile=str(ca))
-    with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context) as reply:
-        own = reply.read().decode()
+    own = realbed.webhook_metrics(bed)
     found = {}
     for endpoint in ("mutate", "validate"):
         sums = re.findall(
@@ -310,8 +306,7 @@ def main() -> None:
             for s, (_, _, prefix) in servers.items()
             for k, hook in hooks.items()
         }
-        assert cp.pki is not None
-        own_before = own_handling(bed.webhook_port, cp.pki.ca_crt)
+        own_before = own_handling(bed)
         watched = {p.name: p.pid for p in cp.processes if p.name in ("kube-apiserver", "etcd")}
         watched.update({f"{s} webhook": process.pid for s, (process, _, _) in servers.items()})
         watched["this client"] = os.getpid()
@@ -322,7 +317,7 @@ def main() -> None:
         used = {k: cpu_seconds(pid) - cpu[k] for k, pid in watched.items()}
         held = {s: connections(port) for s, (_, port, _) in servers.items()}
         churn = {s: time_waits(port) - churn[s] for s, (_, port, _) in servers.items()}
-        own_after = own_handling(bed.webhook_port, cp.pki.ca_crt)
+        own_after = own_handling(bed)
         text = cp.get_raw("/metrics").decode()
         print(
             f"kube-apiserver {bed.cp.bins.name}; {args.pods} GPU pods created by {args.threads} threads in {elapsed:.1f} s "

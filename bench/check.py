@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from webhook.cli import check  # noqa: E402
-from webhook.core import verdict  # noqa: E402
+from webhook.core.admission import verdict  # noqa: E402
 
 DEPLOYMENT = """---
 # Source: trainer/templates/deployment.yaml

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e import objects
 from tests.e2e.bed import Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.controlplane import free_port
 from webhook.devcluster.process import Process
 from webhook.kube import rest
@@ -190,12 +190,7 @@ def main() -> None:
         print(f"ratio (a)/(b): {a / b:.2f}x  (goal >= 0.5x); (a)/(c): {a * fast_s / args.pods:.2f}x")
 
         api_metrics = cp.get_raw("/metrics").decode()
-        assert cp.pki is not None
-        context = ssl.create_default_context(cafile=str(cp.pki.ca_crt))
-        with urllib.request.urlopen(
-            f"https://127.0.0.1:{bed.webhook_port}/metrics", context=context
-        ) as reply:
-            ours = reply.read().decode()
+        ours = realbed.webhook_metrics(bed)
         seen, n = _histogram_mean(
             api_metrics,
             "apiserver_admission_webhook_admission_duration_seconds",
@@ -215,9 +210,7 @@ def main() -> None:
             mean, count = _histogram_mean(ours, metric, 'endpoint="mutate"')
             print(f"the webhook's own {metric} (/mutate): mean {mean * 1000:.2f} ms over {count:.0f}")
         # Where run (a)'s time goes: kube-scheduler calls filter and prioritize one pod at a time.
-        url, extender_context = bed.extender_probe_url("/metrics")
-        with urllib.request.urlopen(url, context=extender_context) as reply:
-            extender = reply.read().decode()
+        extender = realbed.extender_metrics(bed)
         for route in ("filter", "prioritize", "bind"):
             mean, count = _histogram_mean(
                 extender, "gpushare_extender_request_duration_seconds", f'endpoint="{route}"'

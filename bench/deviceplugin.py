@@ -22,8 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port
-from webhook.core import annotations as ann
-from webhook.core import devices, podviews, resources
+from webhook.core.node import devices, podviews
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import pod_manifest
 from webhook.deviceplugin import allocator, podsource, registration, server, state
 from webhook.deviceplugin.v1beta1 import api_pb2

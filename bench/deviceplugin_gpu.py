@@ -37,8 +37,11 @@ from gpucheck import check
 
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port
-from webhook.core import annotations as ann
-from webhook.core import devices, modes, overshare, resources
+from webhook.core.node import devices
+from webhook.core.placement import annotations as ann
+from webhook.core.placement import modes
+from webhook.core.usage import overshare
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings

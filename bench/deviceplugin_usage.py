@@ -27,8 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.gpus.fakenvml import GIB, FakeNvml
 from tests.standins.loopback import free_port
-from webhook.core import annotations as ann
-from webhook.core import devices, overshare, podshares
+from webhook.core.node import devices
+from webhook.core.placement import annotations as ann
+from webhook.core.usage import overshare, podshares
 from webhook.devcluster.standin.apiserver import pod_manifest
 from webhook.deviceplugin import metrics, state, usagepods, usagepoller
 from webhook.gpus.cgroupreader import CgroupReader

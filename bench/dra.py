@@ -11,7 +11,7 @@ that window (bench/placement.py's `speed`):
 - cards: `nvidia.com/gpu: 1` pods, kube-scheduler's default profile (the reference of placement.py);
 - extender: 2 GiB `aliyun.com/gpu-mem` pods, the chart's profile + our extender;
 - dra, no driver: 2 GiB ResourceClaims on nodes of 8 x 16 GiB GPUs whose ResourceSlices the bench wrote
-  exactly as the driver's core builds them (webhook/core/draslice.py), default profile;
+  exactly as the driver's core builds them (webhook/core/node/draslice.py), default profile;
 - dra + driver: the same, with `--drivers` real `gpushare dra-driver` processes publishing their nodes'
   slices (200 driver processes do not fit 2 cores; the others' slices written as above). No kubelet runs.
 Claims are made before the pods (resourceClaimName), not from templates: kube-controller-manager would
@@ -52,7 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.dra import kubelet as standin_kubelet
 from tests.e2e import dra, objects
 from tests.e2e.bed import Bed
-from webhook.core import devices, draslice, modes, resources
+from webhook.core.node import devices, draslice
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.devcluster.process import Process
 from webhook.gpus import inventory
 from webhook.kube import errors, rest

@@ -26,7 +26,9 @@ from gpucheck import check
 
 from tests.dra import kubelet
 from tests.dra.conftest import claim, result
-from webhook.core import cdi, devices, draslice, modes, mps, resources
+from webhook.core.node import cdi, devices, draslice, mps
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import app
 from webhook.dra.settings import DraSettings

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from placement_references import best_fit_decreasing
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import allocator
+from webhook.core.placement import allocator
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, service, wire

@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import realbed  # the script's directory is on sys.path when it runs
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.extender import chaos, storm
-from webhook.devcluster import binaries
-from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
@@ -56,12 +55,7 @@ def main() -> int:
         parser.error("--devcluster starts its own API server: leave out --kubeconfig and --server")
     with contextlib.ExitStack() as stack:
         if args.devcluster:
-            bins = binaries.locate()
-            if bins is None:
-                parser.error("--devcluster needs the binaries: run `bash scripts/kube-bins` (needs Go)")
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="gpushare-soak-")))
-            plane = ControlPlane(bins, folder).start()
-            stack.callback(plane.stop)
+            plane = stack.enter_context(realbed.control_plane("gpushare-soak-", keep=False))
             args.kubeconfig = str(plane.admin_kubeconfig)
         return soak(args)
 

@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.gpus import inventory
 
 

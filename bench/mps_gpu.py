@@ -1,4 +1,4 @@
-"""Check that the MPS env the device plugin and the DRA driver give a container (webhook/core/mps.py)
+"""Check that the MPS env the device plugin and the DRA driver give a container (webhook/core/node/mps.py)
 limits its GPU memory under a real MPS control daemon on this machine's first GPU.
 
 It starts `nvidia-cuda-mps-control -d` with its own pipe and log folders, then runs a CUDA child
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import gpucheck
 from gpucheck import check
 
-from webhook.core import devices, mps
+from webhook.core.node import devices, mps
 
 PROBE = Path(__file__).with_name("nvml_usage_probe.py")
 DAEMON = "nvidia-cuda-mps-control"

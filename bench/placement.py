@@ -67,7 +67,7 @@ from placement_references import (
 
 from tests.e2e import objects, placement
 from tests.e2e.bed import Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.process import Process
 
 SIZES = (16, 24, 32, 80)

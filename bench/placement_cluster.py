@@ -12,7 +12,7 @@ from placement_measures import Bindings  # the script's directory is on sys.path
 
 from tests.e2e import objects
 from tests.e2e.bed import Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.process import Process
 from webhook.kube import rest
 

@@ -11,9 +11,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from webhook.core import allocator, ranking
-from webhook.core.accounting import Gpu
-from webhook.core.demand import GpuMemoryDemand
+from webhook.core.placement import allocator, ranking
+from webhook.core.placement.accounting import Gpu
+from webhook.core.placement.demand import GpuMemoryDemand
 
 
 def exact_workload(gpus: list[int], rng: random.Random) -> list[int]:

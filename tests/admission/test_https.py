@@ -17,7 +17,7 @@ import pytest
 from tests.admission import samples
 from tests.admission.conftest import Webhook, start_webhook
 from webhook.admission import app, settings
-from webhook.core import verdict
+from webhook.core.admission import verdict
 from webhook.serving import tls
 
 GPU_MEM = {"aliyun.com/gpu-mem": "4"}

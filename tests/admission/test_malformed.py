@@ -12,7 +12,7 @@ import pytest
 
 from tests.admission import asgi, samples
 from webhook.admission import review
-from webhook.core import rules, verdict
+from webhook.core.admission import rules, verdict
 
 GPU_MEM = {"aliyun.com/gpu-mem": "4"}
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.admission import samples
 from webhook.admission import review
-from webhook.core import verdict
+from webhook.core.admission import verdict
 
 POLICY = review.Policy(rules=verdict.Policy())
 GPU_MEM = {"aliyun.com/gpu-mem": "4"}

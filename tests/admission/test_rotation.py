@@ -12,7 +12,7 @@ import httpx
 
 from tests.admission import samples
 from tests.admission.conftest import Webhook
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import tls
 
 GPU_POD = samples.pod(samples.pod_spec(samples.container(limits={"aliyun.com/gpu-mem": "2"})))

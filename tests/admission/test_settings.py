@@ -8,7 +8,8 @@ import pytest
 
 from tests.admission import samples
 from webhook.admission import review, settings
-from webhook.core import claims, resources, verdict
+from webhook.core.admission import claims, verdict
+from webhook.core.wire import resources
 
 MEM = "aliyun.com/gpu-mem"
 

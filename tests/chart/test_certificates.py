@@ -13,7 +13,7 @@ import pytest
 
 from tests.chart import render
 from webhook.cli import ensure_certs
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 
 pytestmark = pytest.mark.skipif(

@@ -1,5 +1,5 @@
 """The device plugin DaemonSet runs only where the node's mode shares GPUs, its MPS flags come from values,
-and its ValidatingAdmissionPolicy lets it write exactly the GPU type labels of core/gpulabels.py."""
+and its ValidatingAdmissionPolicy lets it write exactly the GPU type labels of core/node/gpulabels.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from tests.chart import render
 from webhook.cli import serve_device_plugin
-from webhook.core import gpulabels, modes
+from webhook.core.node import gpulabels
+from webhook.core.placement import modes
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"

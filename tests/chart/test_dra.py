@@ -12,7 +12,7 @@ import pytest
 from tests.chart import render, schemas
 from tests.chart.test_deviceplugin_modes import _runs_on
 from webhook.cli import serve_dra_driver
-from webhook.core import modes
+from webhook.core.placement import modes
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.chart import cel, render
-from webhook.core import resources
+from webhook.core.wire import resources
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.chart import render, schemas
-from webhook.core import usage
+from webhook.core.usage import usage
 from webhook.deviceplugin import metrics
 
 pytestmark = pytest.mark.skipif(

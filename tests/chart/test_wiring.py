@@ -14,7 +14,8 @@ from tests.extender.factory import FakeApi
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
 from webhook.cli import serve_device_plugin, serve_extender
-from webhook.core import devices, resources
+from webhook.core.node import devices
+from webhook.core.wire import resources
 from webhook.extender import app as extender_app
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache

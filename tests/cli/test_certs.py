@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from webhook.cli import certs
-from webhook.core import certificates
+from webhook.core.pki import certificates
 
 
 def test_writes_four_files_with_private_keys_0600(tmp_path, capsys):

@@ -19,7 +19,7 @@ import yaml
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
 from webhook.cli import check, manifests, report
-from webhook.core import verdict
+from webhook.core.admission import verdict
 
 DATA = Path(__file__).parent.parent / "data" / "check"
 ROOT = Path(__file__).parent.parent.parent

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from webhook.cli import check, report
-from webhook.core import demand, verdict
+from webhook.core.admission import verdict
+from webhook.core.placement import demand
 
 MEM = "aliyun.com/gpu-mem"
 
@@ -148,7 +149,8 @@ def test_a_lone_surrogate_or_control_character_in_a_name_is_shown_escaped():
 
 
 def test_the_extender_says_what_check_says():
-    # The extender reads a pod through core.demand; check through core.rules: one text for one mistake.
+    # The extender reads a pod through core.placement.demand; check through core.admission.rules: one text for
+    # one mistake.
     for bad in (
         pod(ctr({MEM: "3Gi"})),
         pod(ctr({MEM: "1.5"})),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from webhook.cli import check, manifests, report
-from webhook.core import verdict
+from webhook.core.admission import verdict
 
 ESC_NAME = "f\x1b[32mgreen\nerror: fake.yaml"
 ESCAPED = "f\\x1b[32mgreen\\x0aerror: fake.yaml"

@@ -10,7 +10,7 @@ import pytest
 
 from tests.kube import webhook_certs as wc
 from webhook.cli import ensure_certs
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 
 # The extender's Secret: a serving and a client pair.

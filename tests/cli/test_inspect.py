@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from webhook.cli import inspect, inspect_table
-from webhook.core import accounting, modes, resources
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting, modes
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as extender_app
 from webhook.extender import cache as extender_cache

@@ -9,15 +9,16 @@ from typing import Any
 import pytest
 
 from webhook.cli import inspect
-from webhook.core import annotations as ann
-from webhook.core import devices, draslice, modes
+from webhook.core.node import devices, draslice
+from webhook.core.placement import annotations as ann
+from webhook.core.placement import modes
 from webhook.devcluster.standin.apiserver import ApiServer
 
 DRIVER = draslice.DEFAULT_DRIVER
 
 
 def publish(server: ApiServer, node: str, *gib: int) -> None:
-    """The node's ResourceSlice as our driver writes it (core/draslice.py), GPUs of `gib` GiB each."""
+    """The node's ResourceSlice as our driver writes it (core/node/draslice.py), GPUs of `gib` GiB each."""
     gpus = [devices.Gpu(i, f"GPU-{node}-{i}", size * 1024, "Tesla T4", "7.5") for i, size in enumerate(gib)]
     found = draslice.devices_of(gpus, devices.Granularity())
     server.put(draslice.resource_slice(node, DRIVER, 1, found))

@@ -12,7 +12,7 @@ import pytest
 
 from tests.extender.factory import node
 from webhook.cli import inspect
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings

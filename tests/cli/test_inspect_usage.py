@@ -11,7 +11,7 @@ import pytest
 
 from tests.cli.test_inspect import placed
 from webhook.cli import inspect, inspect_table, inspect_usage
-from webhook.core import usage, usagereport
+from webhook.core.usage import usage, usagereport
 from webhook.devcluster.standin.apiserver import ApiServer, pod_manifest
 from webhook.kube import errors
 

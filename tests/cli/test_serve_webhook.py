@@ -16,7 +16,7 @@ import pytest
 from tests.admission import samples
 from webhook.cli import main as cli_main
 from webhook.cli import serve_webhook
-from webhook.core import certificates
+from webhook.core.pki import certificates
 
 
 def settings_for(argv: list[str]):

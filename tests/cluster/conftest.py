@@ -12,7 +12,7 @@ from collections.abc import Generator, Iterator
 import pytest
 
 from tests.cluster.workloads import Workloads
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import binaries
 from webhook.devcluster import cluster as clustermod
 from webhook.devcluster.cluster import Cluster

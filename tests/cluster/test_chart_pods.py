@@ -9,7 +9,7 @@ import base64
 import json
 
 from tests.cluster.workloads import Workloads, ready
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
 from webhook.kube import rest
 

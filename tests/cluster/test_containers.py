@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.cluster.workloads import Workloads, node_mode, ready, wait
-from webhook.core import annotations as ann
-from webhook.core import mps, resources
+from webhook.core.node import mps
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE
 from webhook.gpus.inventory import fake_uuid
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.cluster.workloads import Workloads, our_pods, rolled_out, wait
 from tests.e2e import objects, placement, podresources
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import objects as devobjects
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE
 from webhook.kube import rest

@@ -19,7 +19,8 @@ import pytest
 from tests.cluster.workloads import Workloads, node_mode, ready, wait
 from tests.e2e import placement
 from tests.e2e.test_doc_shell_blocks import blocks
-from webhook.core import mps, resources
+from webhook.core.node import mps
+from webhook.core.wire import resources
 from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster import helm, release
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease

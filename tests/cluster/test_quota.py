@@ -10,8 +10,8 @@ import subprocess
 from typing import Any
 
 from tests.cluster.workloads import Workloads, wait
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster import release
 from webhook.kube import rest
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.cluster.test_chart_pods import every_part_ready
 from tests.cluster.workloads import Workloads, wait
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE
 from webhook.gpus.inventory import fake_uuid
 from webhook.kube import rest

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster.cluster import Cluster
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease

@@ -1,4 +1,4 @@
-"""Tests for webhook.core.accounting: GPUs of a node and the memory its pods hold on each."""
+"""Tests for webhook.core.placement.accounting: GPUs of a node and the memory its pods hold on each."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core import accounting, resources
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 
 
 def node(

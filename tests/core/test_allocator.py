@@ -1,4 +1,4 @@
-"""Tests for webhook.core.allocator: which GPU(s) a pod gets on a node and why it does not fit."""
+"""Tests for webhook.core.placement.allocator: which GPU(s) a pod gets on a node and why it does not fit."""
 
 from __future__ import annotations
 
@@ -6,11 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import allocator, resources
-from webhook.core.accounting import Gpu
-from webhook.core.allocator import Fit, NoFit, Policy
-from webhook.core.annotations import Allocation
-from webhook.core.demand import GpuMemoryDemand
+from webhook.core.placement import allocator
+from webhook.core.placement.accounting import Gpu
+from webhook.core.placement.allocator import Fit, NoFit, Policy
+from webhook.core.placement.annotations import Allocation
+from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.wire import resources
 
 
 def gpus(*free_total: tuple[int, int], unhealthy: tuple[int, ...] = ()) -> list[Gpu]:

@@ -1,4 +1,4 @@
-"""Tests for webhook.core.annotations: the gpushare pod annotations and the node's GPU list."""
+"""Tests for webhook.core.placement.annotations: the gpushare pod annotations and the node's GPU list."""
 
 from __future__ import annotations
 
@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core import annotations as ann
-from webhook.core import resources
-from webhook.core.annotations import Allocation, AnnotationError, GpuDevice, NodeDevices, Placement
+from webhook.core.placement import annotations as ann
+from webhook.core.placement.annotations import Allocation, AnnotationError, GpuDevice, NodeDevices, Placement
+from webhook.core.wire import resources
+from webhook.core.wire.units import memory_unit, unit_mib
 
 
 def test_encode_writes_the_five_protocol_keys_and_the_allocation_json():
@@ -118,14 +119,14 @@ def test_bad_node_devices_are_refused(text, fragment):
     ids=["GiB", "MiB", "128MiB", "1MiB"],
 )
 def test_memory_units_name_their_size_in_mib(unit: str, mib: int) -> None:
-    assert ann.unit_mib(unit) == mib
-    assert ann.memory_unit(unit) == unit
+    assert unit_mib(unit) == mib
+    assert memory_unit(unit) == unit
 
 
 @pytest.mark.parametrize("unit", ["gib", "0MiB", "128 MiB", "GB", "", "1234567MiB"], ids=repr)
 def test_unknown_memory_units_are_refused(unit: str) -> None:
     with pytest.raises(ValueError, match="is not GiB, MiB or <N>MiB"):
-        ann.unit_mib(unit)
+        unit_mib(unit)
 
 
 @pytest.mark.parametrize("text", ["[" * 1500, '{"0":' * 1500], ids=["arrays", "objects"])

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import cabundles, certificates
+from webhook.core.pki import cabundles, certificates
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,4 +1,5 @@
-"""core.cardviews: a whole-card pod as the device plugin sees it, and core.cardmatching's pure choices."""
+"""core.node.cardviews: a whole-card pod as the device plugin sees it, and core.node.cardmatching's pure
+choices."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ from typing import Any
 
 import pytest
 
-from webhook.core import annotations as ann
-from webhook.core import cardmatching, devices, resources
-from webhook.core.cardviews import card_view
-from webhook.core.matching import Match
-from webhook.core.podviews import Slot
+from webhook.core.node import cardmatching, devices
+from webhook.core.node.cardviews import card_view
+from webhook.core.node.matching import Match
+from webhook.core.node.podviews import Slot
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 
 CARDS = resources.NVIDIA_GPU
 GPUS = [devices.Gpu(i, f"GPU-{i}", 16384) for i in range(4)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import cdi, mps
+from webhook.core.node import cdi, mps
 
 
 def test_a_spec_lists_each_device_with_its_env_and_mounts():

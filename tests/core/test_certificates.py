@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 NAMES = ["localhost", "gpushare-webhook.gpushare.svc"]

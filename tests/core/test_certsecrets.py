@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import certificates, certsecrets, mtlssecret
+from webhook.core.pki import certificates, certsecrets, mtlssecret
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DNS = ("gpushare-webhook.gpu-system.svc",)

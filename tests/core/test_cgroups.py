@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.core import cgroups
+from webhook.core.usage import cgroups
 
 FIXTURES = Path(__file__).parents[1] / "data" / "cgroups"
 UID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"

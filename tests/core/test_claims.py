@@ -1,5 +1,6 @@
-"""The rules for ResourceClaims and ResourceClaimTemplates of our DeviceClasses (webhook/core/claims.py),
-through `verdict.evaluate` as the webhook and `gpushare check` call them."""
+"""The rules for ResourceClaims and ResourceClaimTemplates of our DeviceClasses
+(webhook/core/admission/claims.py), through `verdict.evaluate` as the webhook and `gpushare check` call
+them."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import claims, verdict
+from webhook.core.admission import claims, verdict
 
 SHARE, WHOLE = "gpushare-memory", "gpushare-gpu"
 MEMORY = "spec.spec.devices.requests[0].exactly.capacity.requests.memory"

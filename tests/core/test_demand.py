@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core import demand, resources, verdict
+from webhook.core.admission import verdict
+from webhook.core.placement import demand
+from webhook.core.wire import resources
 
 MEM = "aliyun.com/gpu-mem"
 

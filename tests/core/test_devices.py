@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import annotations as ann
-from webhook.core import devices
+from webhook.core.node import devices
+from webhook.core.placement import annotations as ann
 
 GIB = devices.Granularity.parse("GiB")
 GPUS = [

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core import devices, drashares, mps, resources
+from webhook.core.node import devices, drashares, mps
+from webhook.core.wire import resources
 
 DRIVER = "gpushare.aliyun.com"
 NODE = "node-1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import devices, draslice
+from webhook.core.node import devices, draslice
 
 V100 = devices.Gpu(0, "GPU-a", 16130, "Tesla V100-SXM2-16GB", "7.0")
 T4 = devices.Gpu(1, "GPU-b", 16384, "", "")

@@ -1,4 +1,5 @@
-"""What our DRA driver's GPUs hold, read from ResourceSlices and ResourceClaims (webhook/core/drause.py)."""
+"""What our DRA driver's GPUs hold, read from ResourceSlices and ResourceClaims
+(webhook/core/node/drause.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import devices, draslice, drause
+from webhook.core.node import devices, draslice, drause
 
 DRIVER = draslice.DEFAULT_DRIVER
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from webhook.core import devices, gpuenv, resources
+from webhook.core.node import devices, gpuenv
+from webhook.core.wire import resources
 
 GPUS = (devices.Gpu(0, "GPU-a", 16384), devices.Gpu(1, "GPU-b", 16130))
 GIB = devices.Granularity()

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from webhook.core import gpulabels
-from webhook.core.devices import Gpu
+from webhook.core.node import gpulabels
+from webhook.core.node.devices import Gpu
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core import isolation, resources, templates
+from webhook.core.admission import isolation
+from webhook.core.specs import templates
+from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
 POLICY = isolation.IsolationPolicy()

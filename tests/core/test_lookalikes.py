@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import lookalikes, resources, verdict
+from webhook.core.admission import lookalikes, verdict
+from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import devices, matching, podviews
+from webhook.core.node import devices, matching, podviews
 
 GIB = devices.Granularity.parse("GiB")
 GPUS = [

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from webhook.core import modes, resources, verdict
-from webhook.core.allocator import Policy
+from webhook.core.admission import verdict
+from webhook.core.placement import modes
+from webhook.core.placement.allocator import Policy
+from webhook.core.wire import resources
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import devices, mps, resources, rules
-from webhook.core.devices import Gpu
+from webhook.core.admission import rules
+from webhook.core.node import devices, mps
+from webhook.core.node.devices import Gpu
+from webhook.core.wire import resources
 
 GIB = devices.Granularity("GiB", 1024)
 

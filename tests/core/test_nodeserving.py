@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import devices, modes, nodeserving
-from webhook.core.nodeserving import DEVICE_PLUGIN, DRA_DRIVER, Serving
+from webhook.core.node import devices, nodeserving
+from webhook.core.node.nodeserving import DEVICE_PLUGIN, DRA_DRIVER, Serving
+from webhook.core.placement import modes
 
 VOLTA = (devices.Gpu(0, "GPU-a", 16384, "V100", "7.0"),)
 PASCAL = (devices.Gpu(0, "GPU-a", 16384, "P100", "6.0"),)

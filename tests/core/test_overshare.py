@@ -7,7 +7,8 @@ import dataclasses
 
 import pytest
 
-from webhook.core import modes, overshare, usage
+from webhook.core.placement import modes
+from webhook.core.usage import overshare, usage
 
 GIB = 1 << 30
 

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import isolation, patches, verdict
+from webhook.core.admission import isolation, verdict
+from webhook.core.wire import patches
 
 
 def gpu_pod(**spec: Any) -> dict[str, Any]:

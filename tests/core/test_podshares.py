@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.deviceplugin.placed import card_pod, placed_pod
-from webhook.core import podshares
+from webhook.core.usage import podshares
 
 GIB = 1 << 30
 GPU_BYTES = {0: 16130 * podshares.MIB, 1: 16130 * podshares.MIB}

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from webhook.core import demand, isolation, lookalikes, podspec, resources, rules, templates, verdict
+from webhook.core.admission import isolation, lookalikes, rules, verdict
+from webhook.core.placement import demand
+from webhook.core.specs import podspec, templates
+from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
 MEM = "aliyun.com/gpu-mem"

@@ -1,4 +1,4 @@
-"""Tests for webhook.core.podviews: a placement whose entries do not fit the pod is a malformed placement
+"""Tests for webhook.core.node.podviews: a placement whose entries do not fit the pod is a malformed placement
 of that pod (never extra GPUs or memory in its env), and the original extender's annotations still read."""
 
 from __future__ import annotations
@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import podviews, resources
+from webhook.core.node import podviews
+from webhook.core.wire import resources
 
 
 def _with_allocation(pod: dict[str, Any], text: str) -> dict[str, Any]:

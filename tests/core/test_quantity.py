@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core import quantity
+from webhook.core.wire import quantity
 
 # (input, returned as, milli value, integer?) — apimachinery's own output, as above.
 TABLE = [

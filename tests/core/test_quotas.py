@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core import quotas, resources
+from webhook.core.admission import quotas
+from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
 

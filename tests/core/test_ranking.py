@@ -1,4 +1,4 @@
-"""Tests for webhook.core.ranking: the GPU-level best fit that decides between nodes."""
+"""Tests for webhook.core.placement.ranking: the GPU-level best fit that decides between nodes."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import allocator, ranking, spreading
-from webhook.core.accounting import Gpu
-from webhook.core.allocator import Fit, Policy
-from webhook.core.demand import GpuMemoryDemand
+from webhook.core.placement import allocator, ranking, spreading
+from webhook.core.placement.accounting import Gpu
+from webhook.core.placement.allocator import Fit, Policy
+from webhook.core.placement.demand import GpuMemoryDemand
 
 
 def gpus(*free_total: tuple[int, int], unhealthy: tuple[int, ...] = ()) -> list[Gpu]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import resources
+from webhook.core.wire import resources
 
 
 @pytest.mark.parametrize(

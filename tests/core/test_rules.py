@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core import resources, rules
+from webhook.core.admission import rules
+from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
 MEM = "aliyun.com/gpu-mem"

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import claims, verdict
+from webhook.core.admission import claims, verdict
 
 MEM = "aliyun.com/gpu-mem"
 

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from webhook.core import demand, podspec, quantity, resources, specview, templates, verdict
+from webhook.core.admission import verdict
+from webhook.core.placement import demand
+from webhook.core.specs import podspec, specview, templates
+from webhook.core.wire import quantity, resources
 
 NAMES = resources.GpuResourceNames()
 MEM = "aliyun.com/gpu-mem"

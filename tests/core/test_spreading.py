@@ -1,5 +1,5 @@
-"""Tests for webhook.core.spreading: spread's rule (fewest shares on the GPU(s) a pod gets, then the most
-free memory), as the allocator picks GPUs by it and the ranking compares nodes by it."""
+"""Tests for webhook.core.placement.spreading: spread's rule (fewest shares on the GPU(s) a pod
+gets, then the most free memory), as the allocator picks GPUs by it and the ranking compares nodes by it."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core import allocator, ranking, spreading
-from webhook.core.accounting import Gpu
-from webhook.core.allocator import Fit, Policy
-from webhook.core.demand import GpuMemoryDemand
+from webhook.core.placement import allocator, ranking, spreading
+from webhook.core.placement.accounting import Gpu
+from webhook.core.placement.allocator import Fit, Policy
+from webhook.core.placement.demand import GpuMemoryDemand
 
 SPREAD = Policy.SPREAD
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core import templates
+from webhook.core.specs import templates
 
 MANIFESTS = Path(__file__).parent.parent / "data" / "manifests"
 

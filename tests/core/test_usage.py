@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from tests.core.test_podshares import GIB, GPU_BYTES, running
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import cgroups, devices, podshares, usage
+from webhook.core.node import devices
+from webhook.core.usage import cgroups, podshares, usage
 
 GPUS = (devices.Gpu(0, "GPU-a", 16130, "V100"), devices.Gpu(1, "GPU-b", 16130, "V100"))
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import usage, usagereport
+from webhook.core.usage import usage, usagereport
 
 REPORT = usage.NodeUsage(
     "n1",

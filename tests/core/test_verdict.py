@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.core import verdict
+from webhook.core.admission import verdict
 
 MANIFESTS = Path(__file__).parent.parent / "data" / "manifests"
 POLICY = verdict.Policy()

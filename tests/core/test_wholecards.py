@@ -1,4 +1,5 @@
-"""Tests for webhook.core.wholecards: whole-card demand, placement beside shares, the mixed-pod rule."""
+"""Tests for webhook.core.placement.wholecards: whole-card demand, placement beside shares,
+the mixed-pod rule."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from typing import Any
 
 import pytest
 
-from webhook.core import accounting, allocator, resources, rules, wholecards
-from webhook.core import annotations as ann
-from webhook.core.demand import DemandError, GpuMemoryDemand
+from webhook.core.admission import rules
+from webhook.core.placement import accounting, allocator, wholecards
+from webhook.core.placement import annotations as ann
+from webhook.core.placement.demand import DemandError, GpuMemoryDemand
+from webhook.core.wire import resources
 
 CARD, MEM = resources.NVIDIA_GPU, resources.GPU_MEMORY
 NAMES = resources.GpuResourceNames()

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from tests.standins.kubelet import Kubelet
-from webhook.core import devices, podviews, resources
+from webhook.core.node import devices, podviews
+from webhook.core.wire import resources
 from webhook.deviceplugin import allocator, reconcile, registration, server, state
 from webhook.gpus import inventory
 

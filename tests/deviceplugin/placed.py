@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import pod_manifest
 
 

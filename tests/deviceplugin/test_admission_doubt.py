@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 from tests.deviceplugin.conftest import ListPods, Marks
 from tests.deviceplugin.placed import card_pod, placed_pod
-from webhook.core import cardviews, devices, matching, mps, podviews, resources
+from webhook.core.node import cardviews, devices, matching, mps, podviews
+from webhook.core.wire import resources
 from webhook.deviceplugin import allocator, state, wholecards
 
 BOTH_GPUS = [f"GPU-{g}-_-{n}" for g in (0, 1) for n in range(16)]

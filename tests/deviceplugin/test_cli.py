@@ -15,7 +15,7 @@ from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port, http_status
 from webhook.cli import serve_device_plugin
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
 

@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.deviceplugin.v1beta1 import api_pb2
 
 GPUS = [devices.Gpu(0, "GPU-a", 4096), devices.Gpu(1, "GPU-b", 4096)]

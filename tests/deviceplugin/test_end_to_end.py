@@ -12,8 +12,8 @@ import pytest
 
 from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
 from webhook.extender.service import Extender

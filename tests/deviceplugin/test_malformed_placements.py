@@ -13,7 +13,7 @@ import pytest
 from tests.deviceplugin.conftest import pod_resources_socket, short_dir
 from tests.deviceplugin.placed import placed_pod
 from tests.standins.kubelet import Kubelet
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app, podsource
 from webhook.deviceplugin.settings import DevicePluginSettings

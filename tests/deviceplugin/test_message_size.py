@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.deviceplugin import server, state
 
 BIG = [devices.Gpu(i, f"GPU-{i:08x}-1111-2222-3333-444444444444", 141 * 1024, "H200") for i in range(8)]

@@ -13,8 +13,10 @@ import pytest
 
 from tests.deviceplugin.conftest import short_dir
 from tests.standins.kubelet import Kubelet
-from webhook.core import annotations as ann
-from webhook.core import gpulabels, modes, mps, resources
+from webhook.core.node import gpulabels, mps
+from webhook.core.placement import annotations as ann
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app, nodemode
 from webhook.deviceplugin.settings import DevicePluginSettings

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core import modes, overshare, usage
+from webhook.core.placement import modes
+from webhook.core.usage import overshare, usage
 from webhook.deviceplugin import overshareactions
 from webhook.kube import errors, pods
 

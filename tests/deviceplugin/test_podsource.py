@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import matching, podviews
+from webhook.core.node import matching, podviews
 from webhook.deviceplugin import podsource
 
 

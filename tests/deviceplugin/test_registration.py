@@ -10,7 +10,7 @@ import pytest
 from tests.deviceplugin.conftest import short_dir
 from tests.deviceplugin.placed import placed_pod
 from tests.standins.kubelet import Kubelet
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.deviceplugin import registration
 
 

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.deviceplugin.conftest import short_dir
 from tests.deviceplugin.placed import placed_pod
 from tests.standins.loopback import free_port
-from webhook.core import modes, overshare, usage, usagereport
+from webhook.core.placement import modes
+from webhook.core.usage import overshare, usage, usagereport
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
 from webhook.gpus import inventory

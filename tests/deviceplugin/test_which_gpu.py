@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from tests.deviceplugin.placed import placed_pod
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 
 

@@ -16,7 +16,8 @@ from tests.deviceplugin.conftest import pod_resources_socket, short_dir
 from tests.deviceplugin.placed import card_pod
 from tests.standins.kubelet import Kubelet
 from webhook.cli import serve_device_plugin
-from webhook.core import modes, resources
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings

@@ -14,7 +14,7 @@ import pytest
 from tests.dra import kubelet
 from tests.standins.loopback import free_port, http_status
 from webhook.cli import serve_dra_driver
-from webhook.core import modes
+from webhook.core.placement import modes
 
 
 def test_flags_and_node_name_become_settings(short_root):

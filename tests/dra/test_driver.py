@@ -14,7 +14,9 @@ import pytest
 from tests.dra import kubelet
 from tests.dra.conftest import DRIVER, NODE, claim, result
 from tests.gpus.stoporder import StopOrder
-from webhook.core import cdi, draslice, modes, mps, resources
+from webhook.core.node import cdi, draslice, mps
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import app
 from webhook.dra.settings import DraSettings

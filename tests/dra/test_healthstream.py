@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.dra import healthstream
 from webhook.dra.health.v1alpha1 import api_pb2 as pb
 from webhook.dra.health.v1alpha1 import api_pb2_grpc as pb_grpc

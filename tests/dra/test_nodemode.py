@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core import devices, modes, mps
+from webhook.core.node import devices, mps
+from webhook.core.placement import modes
 from webhook.dra import nodemode
 
 VOLTA = (devices.Gpu(0, "GPU-a", 16384, "V100", "7.0"),)

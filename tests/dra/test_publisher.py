@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.dra.conftest import DRIVER, NODE
-from webhook.core import devices, draslice, modes, mps
+from webhook.core.node import devices, draslice, mps
+from webhook.core.placement import modes
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import nodemode, publisher
 from webhook.kube import draobjects, watch

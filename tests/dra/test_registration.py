@@ -13,7 +13,7 @@ import pytest
 
 from tests.dra import kubelet
 from tests.dra.conftest import DRIVER, Claims
-from webhook.core import cdi, devices
+from webhook.core.node import cdi, devices
 from webhook.dra import checkpoint, preparer, registration, server
 from webhook.dra.cdispecs import SpecFiles
 

@@ -14,7 +14,8 @@ import pytest
 
 from tests.dra import kubelet
 from tests.dra.conftest import DRIVER, NODE, Claims, claim, result
-from webhook.core import cdi, devices, mps, resources
+from webhook.core.node import cdi, devices, mps
+from webhook.core.wire import resources
 from webhook.dra import checkpoint, preparer, server
 from webhook.dra.cdispecs import SpecFiles
 from webhook.kube import errors

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.bed import Bed
-from webhook.core import draslice, quantity
+from webhook.core.node import draslice
+from webhook.core.wire import quantity
 from webhook.devcluster import helm, objects
 from webhook.devcluster.controlplane import free_port
 from webhook.devcluster.process import Process, child_env, http_status

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core import resources
+from webhook.core.wire import resources
 
 Obj = dict[str, Any]
 

@@ -28,7 +28,7 @@ from typing import Any
 import grpc
 import kubernetes.client
 
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
 from webhook.kube import pods, rest
 

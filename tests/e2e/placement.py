@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tests.extender import invariant
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 
 Obj = dict[str, Any]
 

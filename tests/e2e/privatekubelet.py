@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.bed import Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import kubelet as kubeletmod
 from webhook.devcluster import process
 

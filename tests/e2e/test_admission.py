@@ -11,7 +11,7 @@ import pytest
 
 from tests.e2e import objects
 from tests.e2e.bed import Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.kube import errors, rest
 
 NS = "e2e-admission"

@@ -7,8 +7,8 @@ from typing import Any
 
 from tests.e2e import objects, placement
 from tests.e2e.bed import Bed
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.kube import rest
 
 ISOLATION = {"cgpu.disable.isolation": "false"}

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.hookrunner import HookRunner
-from webhook.core import cabundles, certificates
+from webhook.core.pki import cabundles, certificates
 from webhook.devcluster import helm, release
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.kube import errors, rest

@@ -10,8 +10,8 @@ from typing import Any
 
 from tests.e2e import objects, placement
 from tests.e2e.bed import SCHEDULER_NAME, Bed
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.kube import errors, rest
 
 GROUP = "controllers"

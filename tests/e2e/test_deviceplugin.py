@@ -10,8 +10,8 @@ from typing import Any
 from tests.e2e import objects
 from tests.e2e.bed import Bed
 from tests.standins.kubelet import Kubelet
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.kube import rest
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from tests.e2e import objects
 from tests.e2e.bed import Bed
-from webhook.core import modes, resources
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.kube import rest
 
 ISOLATION = {"cgpu.disable.isolation": "false"}  # the webhook pins every gpu-mem pod to this pool

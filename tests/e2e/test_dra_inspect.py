@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e import dra
 from tests.e2e.bed import GPUSHARE, Bed
-from webhook.core import modes
+from webhook.core.placement import modes
 from webhook.devcluster.process import Process
 
 NODE = "dra-inspect-0"

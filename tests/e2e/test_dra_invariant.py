@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e import dra
 from tests.e2e.bed import Bed
-from webhook.core import modes
+from webhook.core.placement import modes
 from webhook.devcluster.process import Process
 from webhook.kube import errors, rest
 

@@ -16,7 +16,8 @@ import pytest
 
 from tests.e2e import dra
 from tests.e2e.bed import Bed
-from webhook.core import modes, resources
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.devcluster import kubelet as kubeletmod
 from webhook.devcluster.process import Process
 from webhook.gpus import inventory

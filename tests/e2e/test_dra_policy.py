@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e import dra
 from tests.e2e.bed import Bed
-from webhook.core import draslice
+from webhook.core.node import draslice
 from webhook.kube import client, errors, rest
 
 NODE, OTHER = "dra-policy-a", "dra-policy-b"

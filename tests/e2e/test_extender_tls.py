@@ -18,7 +18,7 @@ import yaml
 
 from tests.e2e import objects
 from tests.e2e.bed import FULLNAME, Bed
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster import mounts
 from webhook.devcluster.process import http_status
 from webhook.kube import rest

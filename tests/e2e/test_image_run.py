@@ -27,7 +27,7 @@ from tests.e2e import podrun
 from tests.e2e.bed import FULLNAME, NAMESPACE, Bed
 from tests.standins.kubelet import Kubelet
 from webhook.cli import main as cli_main
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import helm, release
 from webhook.devcluster import pki as pkimod
 from webhook.devcluster.controlplane import free_port

@@ -11,7 +11,9 @@ import pytest
 
 from tests.e2e import objects
 from tests.e2e.bed import FULLNAME, Bed
-from webhook.core import gpulabels, modes, resources
+from webhook.core.node import gpulabels
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.kube import client, errors, rest
 
 NS = "e2e-privilege"
@@ -65,7 +67,7 @@ def test_a_plugin_may_change_only_gpushare_keys(bed: Bed, nodes: tuple[str, str]
         "metadata": {"annotations": {resources.NODE_DEVICES_ANNOTATION: '{"unit":"GiB","devices":[]}'}}
     }
     plugin_a("PATCH", node, devices)
-    # The GPU type labels, exactly those (core/gpulabels.py), and their removal.
+    # The GPU type labels, exactly those (core/node/gpulabels.py), and their removal.
     plugin_a("PATCH", node, {"metadata": {"labels": {key: "x" for key in gpulabels.KEYS}}})
     plugin_a("PATCH", node, {"metadata": {"labels": dict.fromkeys(gpulabels.KEYS)}})
     message = _denied(

@@ -24,7 +24,7 @@ import yaml
 
 from tests.e2e import objects, original, placement, podresources, privatekubelet
 from tests.e2e.bed import FULLNAME, GPUSHARE, Bed
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import kubelet as kubeletmod
 from webhook.devcluster import mounts
 from webhook.devcluster.controlplane import free_port

@@ -20,7 +20,7 @@ from tests.chart import render
 from tests.e2e import objects
 from tests.e2e.bed import Bed
 from tests.e2e.test_doc_shell_blocks import blocks
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.kube import errors, pods, rest
 
 MIGRATED = "gpushare-migrated"  # the node label that moves a node to our device plugin

@@ -9,7 +9,8 @@ from typing import Any
 
 from tests.e2e import objects
 from tests.e2e.bed import Bed
-from webhook.core import gpulabels, modes
+from webhook.core.node import gpulabels
+from webhook.core.placement import modes
 from webhook.kube import rest
 
 GROUP = "models"

@@ -13,8 +13,10 @@ import pytest
 from tests.e2e import objects
 from tests.e2e.bed import Bed
 from tests.standins.kubelet import Kubelet
-from webhook.core import annotations as ann
-from webhook.core import modes, mps, resources
+from webhook.core.node import mps
+from webhook.core.placement import annotations as ann
+from webhook.core.placement import modes
+from webhook.core.wire import resources
 from webhook.kube import rest
 
 GROUP = "modes-allocate"

@@ -15,7 +15,7 @@ import pytest
 
 from tests.e2e import dra, objects
 from tests.e2e.bed import Bed
-from webhook.core import draslice
+from webhook.core.node import draslice
 from webhook.kube import client, errors, rest
 
 NS = "e2e-node-agents"

@@ -14,8 +14,8 @@ import pytest
 
 from tests.e2e import objects, podresources, privatekubelet
 from tests.e2e.bed import Bed
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster import kubelet as kubeletmod
 from webhook.gpus import inventory
 from webhook.kube import rest

@@ -23,8 +23,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e import objects, privatekubelet
 from tests.e2e.bed import Bed
 from webhook.cli import inspect
-from webhook.core import annotations as ann
-from webhook.core import cgroups, overshare, resources
+from webhook.core.placement import annotations as ann
+from webhook.core.usage import cgroups, overshare
+from webhook.core.wire import resources
 from webhook.devcluster import kubelet as kubeletmod
 from webhook.devcluster import process
 from webhook.devcluster.controlplane import free_port

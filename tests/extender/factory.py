@@ -8,8 +8,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.extender.bindcalls import BindingApi
 from webhook.extender.binder import Binder
 from webhook.extender.wire import BindingArgs

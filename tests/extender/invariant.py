@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.core import resources
+from webhook.core.wire import resources
 
 Gpu = tuple[str, int]  # (node, GPU index)
 

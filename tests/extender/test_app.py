@@ -148,7 +148,7 @@ def test_prioritize_scores_binpack_and_spread(harness):
     scores = {h["Host"]: h["Score"] for h in r.json()}
     assert set(r.json()[0]) == {"Host", "Score"}
     assert scores["ghost"] == 0
-    # binpack: n1's GPU 1 has exactly 2 GiB free, a tighter fit than n2's 4 GiB GPU (core.ranking)
+    # binpack: n1's GPU 1 has exactly 2 GiB free, a tighter fit than n2's 4 GiB GPU (core.placement.ranking)
     assert scores == {"n1": 10, "n2": 9, "ghost": 0}
     spread = {
         h["Host"]: h["Score"]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import allocator
+from webhook.core.placement import allocator
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder

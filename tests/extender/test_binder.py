@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.extender.factory import FakeApi, LoopBinder, api_error, node, pod
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.extender.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache
 from webhook.extender.settings import ExtenderSettings

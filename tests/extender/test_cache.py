@@ -6,8 +6,8 @@ import time
 from typing import Any
 
 from tests.extender.factory import node, pod
-from webhook.core import allocator, demand
-from webhook.core import annotations as ann
+from webhook.core.placement import allocator, demand
+from webhook.core.placement import annotations as ann
 from webhook.extender import scheduling, wire
 from webhook.extender.assumptions import ASSUME_TTL_NS
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache

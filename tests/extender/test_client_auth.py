@@ -15,7 +15,7 @@ import pytest
 
 from tests.extender.factory import pod
 from webhook.cli import serve_extender
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as app_mod
 from webhook.extender import forward

@@ -12,7 +12,7 @@ import pytest
 
 from tests.extender import invariant
 from tests.extender.factory import node, pod
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings

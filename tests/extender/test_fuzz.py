@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.extender import app as app_mod
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache

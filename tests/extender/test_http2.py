@@ -31,7 +31,7 @@ from tests.extender.test_client_auth import (
     seen_pod,
 )
 from webhook.cli import serve_extender
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import forward
 from webhook.extender.service import Extender

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import allocator, modes
+from webhook.core.placement import allocator, modes
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache

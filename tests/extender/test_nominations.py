@@ -8,8 +8,9 @@ import time
 from typing import Any
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import allocator, resources
-from webhook.core import annotations as ann
+from webhook.core.placement import allocator
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.extender import nominations as nominations_mod
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder

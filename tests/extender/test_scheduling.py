@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.core import allocator, modes, ranking
-from webhook.core import annotations as ann
-from webhook.core.demand import GpuMemoryDemand
+from webhook.core.placement import allocator, modes, ranking
+from webhook.core.placement import annotations as ann
+from webhook.core.placement.demand import GpuMemoryDemand
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache

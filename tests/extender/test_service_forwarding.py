@@ -11,7 +11,7 @@ import pytest
 
 from tests.extender.factory import pod
 from tests.standins.loopback import free_port
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import forward
 from webhook.extender.service import Extender

@@ -1,4 +1,4 @@
-"""webhook.extender.summaries: the per-node numbers filter ranks by, kept per pod size, always equal to
+"""webhook.core.placement.summaries: the per-node numbers filter ranks by, kept per pod size, always equal to
 ranking every node afresh (`ranking.best_quick`), however the ledgers changed since."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 import pytest
 
 from tests.extender.factory import node, pod
-from webhook.core import ranking
-from webhook.core.allocator import Policy
-from webhook.extender import records, summaries
+from webhook.core.placement import ranking, summaries
+from webhook.core.placement.allocator import Policy
+from webhook.extender import records
 from webhook.extender.cache import MODIFIED, Cache
 
 

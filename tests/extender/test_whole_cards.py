@@ -10,7 +10,8 @@ import pytest
 
 from tests.extender.factory import FakeApi, node, pod
 from webhook.cli import serve_extender
-from webhook.core import allocator, modes, resources
+from webhook.core.placement import allocator, modes
+from webhook.core.wire import resources
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache

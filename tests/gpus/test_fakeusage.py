@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.core import cgroups, devices, usage
+from webhook.core.node import devices
+from webhook.core.usage import cgroups, usage
 from webhook.gpus import inventory, usagesource
 from webhook.gpus.cgroupreader import CgroupReader
 from webhook.gpus.fakeusage import FakeUsage, read_processes

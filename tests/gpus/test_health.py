@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from types import SimpleNamespace
 
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.gpus import health, inventory
 
 

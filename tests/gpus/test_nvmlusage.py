@@ -3,7 +3,8 @@ utilisation per process from the newer call or the older one, and every failure 
 
 from __future__ import annotations
 
-from webhook.core import devices, usage
+from webhook.core.node import devices
+from webhook.core.usage import usage
 from webhook.gpus.nvmlusage import NvmlUsage
 
 from .fakenvml import GIB, FakeNvml

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import kubernetes.client
 import pytest
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import tls
 
 C = TypeVar("C")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.kube import webhook_certs as wc
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import certsync
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core import certificates, mtlssecret
+from webhook.core.pki import certificates, mtlssecret
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import certsync
 

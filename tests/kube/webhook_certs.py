@@ -7,7 +7,7 @@ import base64
 from datetime import UTC, datetime
 from typing import Any
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import certsync
 

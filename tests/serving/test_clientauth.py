@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import clientauth, tls
 
 NOW = datetime.now(UTC)

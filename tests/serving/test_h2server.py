@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import h2server, tls
 from webhook.serving.server import ServeOptions
 

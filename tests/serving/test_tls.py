@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.serving import handshakes
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import tls
 
 NOW = datetime.now(UTC)

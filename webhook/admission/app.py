@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from webhook.admission import review
 from webhook.admission.settings import AdmissionSettings
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import body as body_limit
 from webhook.serving import fastpath, jsonbody, logs, metrics, probes, server, tls
 

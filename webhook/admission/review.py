@@ -1,5 +1,5 @@
 """AdmissionReview v1 (k8s.io/api admission/v1) request dict -> response dict, deciding with
-`webhook.core.verdict`.
+`webhook.core.admission.verdict`.
 
 Pure: no I/O, no clock. `ReviewError` means the request itself is malformed (HTTP 400);
 a rule failure is an ordinary denial inside a 200 response.
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
-from webhook.core import verdict
+from webhook.core.admission import verdict
 from webhook.serving import jsonbody
 
 API_VERSION = "admission.k8s.io/v1"

@@ -14,8 +14,10 @@ from typing import Any
 
 import yaml
 
-from webhook.core import annotations as ann
-from webhook.core import claims, gpumem, quantity, resources, verdict
+from webhook.core.admission import claims, verdict
+from webhook.core.specs import gpumem
+from webhook.core.wire import quantity, resources
+from webhook.core.wire.units import memory_unit
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -200,7 +202,7 @@ def policy_from_config(data: Mapping[str, Any]) -> verdict.Policy:
     if data.get("memoryUnit") is not None:
         unit = _string(data["memoryUnit"], "memoryUnit")
         try:
-            ann.memory_unit(unit)
+            memory_unit(unit)
         except ValueError as exc:
             raise ConfigError(f"memoryUnit: {exc}") from None
     return verdict.Policy(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from webhook.cli import exitcodes, helpformat
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.serving import tls
 
 # RFC 1123 subdomain, optionally a leading "*." wildcard label.

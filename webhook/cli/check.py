@@ -1,7 +1,7 @@
 """`gpushare check`: the webhook's rules on manifests before they reach a cluster.
 
-Every object goes through `webhook.core.verdict.evaluate`, the call the webhook makes, so the messages are
-the webhook's; this module only reads files, places findings at a line and sets the exit code.
+Every object goes through `webhook.core.admission.verdict.evaluate`, the call the webhook makes, so the
+messages are the webhook's; this module only reads files, places findings at a line and sets the exit code.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import Any, BinaryIO, TextIO
 
 from webhook.admission import settings as admission_settings
 from webhook.cli import flagtypes, manifests, progress, report
-from webhook.core import quotas, templates, verdict
+from webhook.core.admission import quotas, verdict
+from webhook.core.specs import templates
 
 OUTPUTS = ("text", "json")
 # A terminal gets a progress line from this many objects on (Helm output of thousands of documents);

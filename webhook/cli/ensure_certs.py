@@ -2,8 +2,8 @@
 
 Run in-cluster by the chart's hook Job (certificates.mode=selfManaged) before and after every install and
 upgrade, and with `--client-name` for the extender's Secret. Flags become `certsync.EnsureSettings`; the
-work is `webhook.kube.certsync` (API reads and writes, retries) over `webhook.core.certsecrets` and
-`webhook.core.cabundles` (what to issue and when, what caBundle becomes).
+work is `webhook.kube.certsync` (API reads and writes, retries) over `webhook.core.pki.certsecrets` and
+`webhook.core.pki.cabundles` (what to issue and when, what caBundle becomes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from webhook.cli import exitcodes, helpformat
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.kube import certsync
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import argparse
 
-from webhook.core import annotations as ann
+from webhook.core.wire import units
 
 
 def memory_unit(text: str) -> str:
     """`--memory-unit`, `--unit`: GiB, MiB or <N>MiB."""
     try:
-        return ann.memory_unit(text)
+        return units.memory_unit(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None

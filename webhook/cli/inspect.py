@@ -1,7 +1,7 @@
 """`gpushare inspect`: allocated and total GPU memory per node and per GPU, from the cluster or the extender.
 
-From the cluster, each node's ledger is `webhook.core.accounting.build` over its pods' annotations: the
-numbers the extender schedules with; `--usage` adds what is really used (cli/inspect_usage.py). From
+From the cluster, each node's ledger is `webhook.core.placement.accounting.build` over its pods' annotations:
+the numbers the extender schedules with; `--usage` adds what is really used (cli/inspect_usage.py). From
 `--extender`, its /inspect answer is shown as it is (cli/inspect_extender.py). On a
 terminal, a progress line on stderr counts the nodes and pods read; it is erased before the table prints.
 """
@@ -24,8 +24,11 @@ from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
 from webhook.cli.inspect_extender import from_extender
 from webhook.cli.inspect_settings import AGENT_SELECTOR, DEFAULT_TIMEOUT_S, InspectError, InspectSettings
-from webhook.core import accounting, draslice, drause, gpulabels, modes, quotas, resources
-from webhook.core import annotations as ann
+from webhook.core.admission import quotas
+from webhook.core.node import draslice, drause, gpulabels
+from webhook.core.placement import accounting, modes
+from webhook.core.wire import resources
+from webhook.core.wire.units import unit_mib
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest
@@ -326,7 +329,7 @@ def _with_dra(
 ) -> tuple[list[table.GpuUse], list[table.PodUse]]:
     """The node's GPUs with what the DRA shares hold counted in, and one row per share: beside the
     extender's placements, in the same unit (a share rounded up to whole units)."""
-    mib = ann.unit_mib(unit)
+    mib = unit_mib(unit)
     uses = [
         table.PodUse(s.namespace, ", ".join(s.pods) or s.claim, s.gpu, -(-s.mib // mib), True, claim=s.claim)
         for s in sorted(shares, key=lambda s: (s.namespace, ", ".join(s.pods) or s.claim, s.gpu))

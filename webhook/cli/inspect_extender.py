@@ -14,7 +14,8 @@ from typing import Any
 from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
 from webhook.cli.inspect_settings import InspectError, InspectSettings
-from webhook.core import accounting, gpulabels
+from webhook.core.node import gpulabels
+from webhook.core.placement import accounting
 from webhook.serving import tls
 
 EXTENDER_INSPECT = "/inspect"

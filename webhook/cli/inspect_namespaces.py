@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from webhook.cli import inspect_table as table
-from webhook.core import quotas
+from webhook.core.admission import quotas
 from webhook.kube import rest
 
 HEADER = ("NAMESPACE", "PLACED({unit})", "QUOTA", "RESOURCE", "USED/HARD")

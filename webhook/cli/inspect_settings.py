@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.kube import client as kube_client
 
 DEFAULT_TIMEOUT_S = 30.0

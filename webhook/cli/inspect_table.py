@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core import annotations as ann
+from webhook.core.wire.units import unit_mib
 
 MIB = 1 << 20
 
@@ -51,7 +51,7 @@ class NodeUse:
     gpus: tuple[GpuUse, ...]
     pods: tuple[PodUse, ...]  # one entry per (pod, GPU): a multi-GPU pod appears once per GPU
     problems: tuple[str, ...] = ()  # over-commits, unreadable annotations, pods never placed
-    mode: str = ""  # ack.node.gpu.schedule as the parts read it (core/modes.py); "" when not known
+    mode: str = ""  # ack.node.gpu.schedule as the parts read it (core/placement/modes.py); "" when not known
     model: str = ""  # the GPU model as the aliyun.accelerator/nvidia_name label writes it, or "mixed"
 
     @property
@@ -202,7 +202,7 @@ def _usage_detail(node: NodeUse, unit: str) -> list[str]:
 
 def units(amount_bytes: int, unit: str) -> float:
     """Bytes in the cluster's gpu-mem unit (GiB, MiB or <N>MiB)."""
-    return amount_bytes / (ann.unit_mib(unit) * MIB)
+    return amount_bytes / (unit_mib(unit) * MIB)
 
 
 def amount(amount_bytes: int | None, unit: str) -> str:

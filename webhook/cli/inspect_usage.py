@@ -1,5 +1,5 @@
 """`gpushare inspect --usage`: what each GPU and pod really uses, beside what is allocated, from each node's
-device plugin: its `/usage` report (core/usagereport.py), fetched through the API server's pod proxy
+device plugin: its `/usage` report (core/usage/usagereport.py), fetched through the API server's pod proxy
 (`GET /api/v1/namespaces/<ns>/pods/<plugin pod>:<health port>/proxy/usage`).
 
 Why the proxy: the figures are read when asked, fresh, with no write anywhere; a node annotation would
@@ -17,7 +17,7 @@ from typing import Any
 
 from webhook.cli import inspect_table as table
 from webhook.cli.inspect_settings import InspectSettings
-from webhook.core import usage, usagereport
+from webhook.core.usage import usage, usagereport
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest
 

@@ -19,7 +19,7 @@ import yaml
 
 from webhook.admission import settings as admission_settings
 from webhook.cli import yamlnodes
-from webhook.core import jsonnumbers
+from webhook.core.wire import jsonnumbers
 
 STDIN = "-"
 STDIN_NAME = "<stdin>"

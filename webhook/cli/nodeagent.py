@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from webhook.cli import exitcodes
-from webhook.core import mps
+from webhook.core.node import mps
 
 Settings = TypeVar("Settings")
 

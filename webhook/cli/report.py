@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core import templates
+from webhook.core.specs import templates
 
 # Exit codes of `gpushare check`.
 CLEAN = 0

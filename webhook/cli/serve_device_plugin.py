@@ -9,7 +9,8 @@ import argparse
 from pathlib import Path
 
 from webhook.cli import helpformat, nodeagent
-from webhook.core import devices, resources
+from webhook.core.node import devices
+from webhook.core.wire import resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin import settings as dp_settings
 

@@ -9,7 +9,7 @@ import argparse
 from pathlib import Path
 
 from webhook.cli import helpformat, nodeagent
-from webhook.core import draslice
+from webhook.core.node import draslice
 from webhook.dra import app
 from webhook.dra import settings as dra_settings
 

@@ -11,7 +11,8 @@ import sys
 from pathlib import Path
 
 from webhook.cli import api_errors, exitcodes, flagtypes, helpformat
-from webhook.core import allocator, resources, wholecards
+from webhook.core.placement import allocator, wholecards
+from webhook.core.wire import resources
 from webhook.extender import service
 from webhook.extender import settings as ext_settings
 from webhook.kube import client as kube_client

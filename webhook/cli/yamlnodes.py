@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from webhook.core import templates
+from webhook.core.specs import templates
 
 
 def repeated_key(root: Any) -> tuple[str, int] | None:

@@ -25,8 +25,8 @@ from typing import Any, Protocol, TextIO
 
 import kubernetes.client
 
-from webhook.core import annotations as ann
-from webhook.core import resources
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.devcluster import (
     binaries,
     cluster,

@@ -12,7 +12,7 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster import cluster as clustermod
 from webhook.devcluster import demoplan, process
 from webhook.devcluster.cluster import Cluster

@@ -3,7 +3,7 @@ the webhook refuses."""
 
 from __future__ import annotations
 
-from webhook.core import resources
+from webhook.core.wire import resources
 
 NAMESPACE = "demo"
 # (node, fake GPUs as the node agents' --fake-gpus takes them: index:GiB)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.devcluster import pki as pkimod
 from webhook.kube import rest
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.kube import errors, rest
 
 Obj = dict[str, Any]

@@ -14,7 +14,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 
 # The names a client may dial the API server by; 10.0.0.1 is the `kubernetes` Service's IP in the
 # service range the API server is started with.

@@ -2,7 +2,7 @@
 turn them into the env of the container the extender placed (Allocate).
 
 Pods come from a `PodSource` (a watch of this node's pods, never an API list per call: fault 6), the
-kubelet's own pod list from `KubeletPods` (PodResources, optional); the matching is `core.matching`.
+kubelet's own pod list from `KubeletPods` (PodResources, optional); the matching is `core.node.matching`.
 The lock covers only the book, never a wait or an RPC, so one waiting Allocate blocks no other call.
 Marking a pod assigned goes to an `AssignMarker` queue. Failures raise `AllocateError`, never a fake env.
 `BookAllocator` is what this gpu-mem `Allocator` shares with the whole-card one (wholecards.py).
@@ -17,7 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
-from webhook.core import devices, matching, mps, podviews, resources
+from webhook.core.node import devices, matching, mps, podviews
+from webhook.core.wire import resources
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)

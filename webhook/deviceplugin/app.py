@@ -10,7 +10,8 @@ import logging
 import threading
 from http.server import ThreadingHTTPServer
 
-from webhook.core import cardviews, devices, resources
+from webhook.core.node import cardviews, devices
+from webhook.core.wire import resources
 from webhook.deviceplugin import (
     allocator,
     metrics,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import prometheus_client
 
-from webhook.core import usage
+from webhook.core.usage import usage
 from webhook.deviceplugin import overshareactions, server, usagemetrics, usagepoller
 from webhook.serving import probeserver
 

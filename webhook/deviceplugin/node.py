@@ -3,7 +3,7 @@
 Publishes `aliyun.com/gpu-count` in status capacity/allocatable (the kubelet keeps extended resources it
 does not own; 0 while the node's mode advertises no shares), each GPU's memory and health as JSON in the
 `NODE_DEVICES_ANNOTATION`, the format the extender reads (fault 2: GPUs of different sizes stay apart),
-and the GPU type labels (core/gpulabels.py). Re-publishes on every health or mode change.
+and the GPU type labels (core/node/gpulabels.py). Re-publishes on every health or mode change.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.core import gpulabels, resources
+from webhook.core.node import gpulabels
+from webhook.core.wire import resources
 from webhook.deviceplugin.state import DeviceState
 from webhook.kube import errors, pods
 

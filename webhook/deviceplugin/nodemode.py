@@ -1,4 +1,4 @@
-"""What the plugin serves in its Node's current mode (`ack.node.gpu.schedule`, webhook/core/modes.py),
+"""What the plugin serves in its Node's current mode (`ack.node.gpu.schedule`, core/placement/modes.py),
 re-decided on every label change without a restart.
 
 share / cgpu / mps (and an unlabelled node): gpu-mem devices are advertised; mps (or `--mps`) adds the
@@ -13,15 +13,15 @@ import logging
 import threading
 from collections.abc import Mapping, Sequence
 
-from webhook.core import devices, mps, nodeserving
-from webhook.core.nodeserving import Serving
+from webhook.core.node import devices, mps, nodeserving
+from webhook.core.node.nodeserving import Serving
 from webhook.deviceplugin.state import DeviceState
 
 log = logging.getLogger(__name__)
 
 
 def decide(labels: Mapping[str, object], gpus: Sequence[devices.Gpu], force_mps: bool) -> Serving:
-    """The shared rule (core/nodeserving.py) with the plugin's modes and words."""
+    """The shared rule (core/node/nodeserving.py) with the plugin's modes and words."""
     return nodeserving.decide(nodeserving.DEVICE_PLUGIN, labels, gpus, force_mps)
 
 

@@ -1,4 +1,4 @@
-"""What the device plugin does about a container over its share (core/overshare.py decides when): a log
+"""What the device plugin does about a container over its share (core/usage/overshare.py decides when): a log
 line, a Warning Event `GPUMemoryOverShare` on the pod (within a node-wide budget), and, only when the
 opt-in policy is on and the node is labelled `share`, an eviction through the Eviction API (so
 PodDisruptionBudgets hold; retried while the budget refuses). API calls run on their own thread: a slow
@@ -17,7 +17,7 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.core import overshare, usage
+from webhook.core.usage import overshare, usage
 from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)

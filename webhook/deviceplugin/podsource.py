@@ -16,8 +16,9 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.core import annotations as ann
-from webhook.core import podviews, resources
+from webhook.core.node import podviews
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.kube import errors, pods
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,7 @@ class PodStore:
         names: resources.GpuResourceNames | None = None,
         view: Callable[
             [Mapping[str, Any], int, resources.GpuResourceNames], podviews.PodView | None
-        ] = podviews.pod_view,  # or core.cardviews.card_view: the whole-card endpoint's pods
+        ] = podviews.pod_view,  # or core.node.cardviews.card_view: the whole-card endpoint's pods
     ) -> None:
         self.names = names or resources.GpuResourceNames()
         self.view = view

@@ -19,7 +19,7 @@ from typing import Protocol
 import grpc
 import kubernetes.client
 
-from webhook.core import matching
+from webhook.core.node import matching
 from webhook.deviceplugin import server
 from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
 from webhook.kube import errors, pods

@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core import devices, mps, resources, wholecards
+from webhook.core.node import devices, mps
+from webhook.core.placement import wholecards
+from webhook.core.wire import resources
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_ENDPOINT = "aliyun-gpushare.sock"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Sequence
 
-from webhook.core import annotations as ann
-from webhook.core import devices
+from webhook.core.node import devices
+from webhook.core.placement import annotations as ann
 
 
 class DeviceState:

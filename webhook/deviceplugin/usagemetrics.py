@@ -15,7 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from webhook.core import usage
+from webhook.core.usage import usage
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 CONTAINER_LABELS = ["namespace", "pod", "container", "node", "gpu", "uuid"]

@@ -1,5 +1,5 @@
-"""Every pod of this node as usage needs it (core/podshares.py), kept from the same pod watch as Allocate's
-stores: an ended or deleted pod leaves at once, and its series with it."""
+"""Every pod of this node as usage needs it (core/usage/podshares.py), kept from the same pod watch as
+Allocate's stores: an ended or deleted pod leaves at once, and its series with it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from webhook.core import podshares, resources
+from webhook.core.usage import podshares
+from webhook.core.wire import resources
 
 
 class PodSharesStore:

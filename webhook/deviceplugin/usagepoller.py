@@ -1,5 +1,5 @@
 """The usage loop: every `interval_s`, sample the GPUs (NVML or the fake), read the cgroups of their
-processes, match both to the node's pods and shares (core/usage.py), pass the result through the
+processes, match both to the node's pods and shares (core/usage/usage.py), pass the result through the
 over-share tracker, hand its findings to the actions, and keep the report that /metrics and /usage serve.
 """
 
@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from webhook.core import overshare, usage
+from webhook.core.usage import overshare, usage
 from webhook.deviceplugin.overshareactions import OverShareActions
 from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.usagepods import PodSharesStore

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import kubernetes.client
 
-from webhook.core import overshare, podshares, resources, usagereport
+from webhook.core.usage import overshare, podshares, usagereport
+from webhook.core.wire import resources
 from webhook.deviceplugin.metrics import Metrics
 from webhook.deviceplugin.overshareactions import OverShareActions
 from webhook.deviceplugin.settings import DevicePluginSettings

@@ -1,7 +1,7 @@
 """Whole cards on a shared node: steer the kubelet's card IDs (one per GPU, the GPU's UUID) to the GPUs the
 extender placed a card pod on (GetPreferredAllocation) and answer Allocate with exactly those GPUs.
 
-Pods come from a card `PodSource` (core/cardviews.py views, fed by the node's pod watch), the kubelet's
+Pods come from a card `PodSource` (core/node/cardviews.py views, fed by the node's pod watch), the kubelet's
 own pod list from `KubeletPods` (PodResources for the card resource): with two waiting pods asking the
 same number of cards it names the one being admitted, so GPUs are never swapped. The book and what goes
 with it are the share path's (`allocator.BookAllocator`), and so is the env (`matching.container_env`).
@@ -16,7 +16,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.core import cardmatching, devices, matching, podviews, resources
+from webhook.core.node import cardmatching, devices, matching, podviews
+from webhook.core.wire import resources
 from webhook.deviceplugin import allocator
 
 log = logging.getLogger(__name__)

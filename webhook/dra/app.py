@@ -16,7 +16,7 @@ import grpc
 import kubernetes.client
 import prometheus_client
 
-from webhook.core import cdi
+from webhook.core.node import cdi
 from webhook.dra import checkpoint, healthstream, nodemode, preparer, publisher, registration, server
 from webhook.dra.cdispecs import SpecFiles
 from webhook.dra.settings import DraSettings, SettingsError

@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 
-from webhook.core import devices, draslice
+from webhook.core.node import devices, draslice
 from webhook.dra.health.v1alpha1 import api_pb2 as pb
 from webhook.dra.health.v1alpha1 import api_pb2_grpc as pb_grpc
 

@@ -1,5 +1,5 @@
-"""What the driver serves in its Node's current mode (`ack.node.gpu.schedule`, core/modes.py), re-decided
-on every label change without a restart.
+"""What the driver serves in its Node's current mode (`ack.node.gpu.schedule`, core/placement/modes.py),
+re-decided on every label change without a restart.
 
 dra: the GPUs are published. dra-mps (or `--mps`): published, and every prepared claim's CDI spec
 carries the MPS env and mounts; GPUs older than Volta then publish nothing. Any other mode, an unknown
@@ -13,14 +13,14 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
-from webhook.core import devices, mps, nodeserving
-from webhook.core.nodeserving import Serving
+from webhook.core.node import devices, mps, nodeserving
+from webhook.core.node.nodeserving import Serving
 
 log = logging.getLogger(__name__)
 
 
 def decide(labels: Mapping[str, object], gpus: Sequence[devices.Gpu], force_mps: bool) -> Serving:
-    """The shared rule (core/nodeserving.py) with the driver's modes and words."""
+    """The shared rule (core/node/nodeserving.py) with the driver's modes and words."""
     return nodeserving.decide(nodeserving.DRA_DRIVER, labels, gpus, force_mps)
 
 

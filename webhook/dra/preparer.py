@@ -1,11 +1,11 @@
 """NodePrepareResources and NodeUnprepareResources for one claim, whatever the gRPC version.
 
-Prepare reads the claim from the API (the kubelet sends only its identity), turns its allocation into
-one CDI device per request (core.drashares, core.cdi), writes the spec file, then the checkpoint, and
+Prepare reads the claim from the API (the kubelet sends only its identity), turns its allocation into one CDI
+device per request (core.node.drashares, core.node.cdi), writes the spec file, then the checkpoint, and
 answers one device per allocation result: the request's CDI ID on its first device (the kubelet gives a
-container the IDs of every device of the requests it names, and one ID must not come twice). Both calls
-are idempotent: a claim in the checkpoint gets the same answer (its spec rewritten if it was lost), one
-not in it unprepares as done. Calls for one claim take turns; calls for different claims run at once.
+container the IDs of every device of the requests it names, and one ID must not come twice). Both calls are
+idempotent: a claim in the checkpoint gets the same answer (its spec rewritten if it was lost), one not in it
+unprepares as done. Calls for one claim take turns; calls for different claims run at once.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.core import cdi, devices, drashares, mps
+from webhook.core.node import cdi, devices, drashares, mps
 from webhook.dra import checkpoint
 from webhook.dra.cdispecs import SpecFiles
 from webhook.kube import errors

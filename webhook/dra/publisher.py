@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import kubernetes.client
 
-from webhook.core import devices, draslice
+from webhook.core.node import devices, draslice
 from webhook.dra.nodemode import NodeMode
 from webhook.kube import draobjects, errors, watch
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core import devices, draslice, mps
+from webhook.core.node import devices, draslice, mps
 
 # The kubelet's defaults (pluginmanager watches <root-dir>/plugins_registry; plugins keep their sockets
 # in <root-dir>/plugins/<name>/ by convention).

@@ -27,6 +27,7 @@ from webhook import __version__
 from webhook.extender import bindcalls
 from webhook.extender.binder import Binder
 from webhook.extender.cache import Cache, NodeView
+from webhook.extender.host import Leadership
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.verbs import (
     METRICS_NAMESPACE,
@@ -58,17 +59,9 @@ class JSONResponse(StarletteJSONResponse):
 
 
 @dataclass
-class Leadership:
-    """Who binds: `is_leader()`, the current holder's identity (for messages) and the URL it published
-    on the Lease (where a follower forwards bind; "" when unknown)."""
-
-    is_leader: Callable[[], bool] = lambda: True
-    holder: Callable[[], str] = lambda: ""
-    leader_url: Callable[[], str] = lambda: ""
-
-
-@dataclass
 class ExtenderApp:
+    """The app's parts; a `host.Host`, which is all the verbs see of it (so verbs never import app)."""
+
     cache: Cache
     binder: Binder
     settings: ExtenderSettings

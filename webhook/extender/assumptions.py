@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import accounting
+from webhook.core.placement import accounting
 
 # A bound pod the watch never shows stops counting after 15 minutes: longer than a silently stalled pod
 # watch can go unnoticed (WatchSettings.read_timeout_s, 330 s) with room to resume and catch up, so a

@@ -19,8 +19,9 @@ from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import accounting, allocator, modes, resources, wholecards
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting, allocator, modes, wholecards
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 from webhook.extender import bindcalls, records
 from webhook.extender import cache as cache_mod
 from webhook.extender import wholecards as whole

@@ -15,13 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core import accounting, allocator, modes, ranking, resources, spreading
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting, allocator, filtering, modes, ranking, spreading
+from webhook.core.placement import annotations as ann
+from webhook.core.placement.summaries import Summaries
+from webhook.core.wire import resources
 from webhook.extender.assumptions import ASSUME_TTL_NS, Assumption, holds, newer, replaces
 from webhook.extender.blocks import NodeBlocks
 from webhook.extender.nominations import Nomination, Nominations
 from webhook.extender.records import PodRecord, record_of
-from webhook.extender.summaries import Summaries
 
 ADDED, MODIFIED, DELETED = "ADDED", "MODIFIED", "DELETED"
 NOT_SYNCED = "the gpushare extender has not yet listed the cluster's nodes and pods (it is starting); retry"
@@ -64,8 +65,11 @@ class Cache:
         # A ledger entry of a pod key belongs to one of: a nomination, an assumption, a bound record.
         self._nominations = Nominations()
         self._tokens = itertools.count(1)
-        # What filter judges every node by (free memory per GPU, best-fit keys), refreshed on read.
-        self._summaries = Summaries(self.ledger)
+        # What filter judges every node by (free memory per GPU, best-fit keys), refreshed on read; with
+        # the dicts above, the one state core.placement.filtering reads (by reference: no copy, no callback).
+        self._summaries = Summaries(self._ledgers, self._nodes)
+        held = (self._ledgers, self._nodes, self._summaries, self._placements, self._blocks.reasons)
+        self.state = filtering.NodeState(unit, *held, self._pods)
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
 
@@ -390,15 +394,6 @@ class Cache:
         """Per known node where a pod of `need` goes whole on one GPU, its best-fit key under `policy`
         (`ranking.quick_rank`; nodes it does not fit are absent). Hold `locked()` while using it."""
         return self._summaries.quick_ranks(need, policy)
-
-    def placements(self) -> Mapping[str, allocator.Policy]:
-        """The nodes whose `ack.node.gpu.placement` label names a policy, with it. Hold `locked()`."""
-        return self._placements
-
-    def largest_gpu(self) -> Mapping[str, int]:
-        """Per known node, the memory of its largest healthy GPU, used or not (-1: none healthy): a pod
-        larger than that fits there whatever pods leave. Hold `locked()` while using it."""
-        return self._summaries.largest_gpu()
 
     def node_names(self) -> list[str]:
         with self._lock:

@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import accounting, demand, resources, wholecards
-from webhook.core import annotations as ann
+from webhook.core.placement import accounting, demand, podask, wholecards
+from webhook.core.placement import annotations as ann
+from webhook.core.wire import resources
 
 UNASKED = "carries a gpushare placement but asks for no GPU memory and no whole GPU: not counted"
 
@@ -48,7 +49,7 @@ def record_of(
     meta = pod.get("metadata") or {}
     key = accounting.pod_key(pod)
     uid = str(meta.get("uid") or "")
-    count_label = _count_label(meta, names)
+    count_label = podask.count_label(meta, names)
     problem = ""
     try:
         share = accounting.share_of(pod)
@@ -56,7 +57,7 @@ def record_of(
         share, problem = None, str(err)
     asked: demand.GpuMemoryDemand | None
     cards = wholecards.NO_CARDS
-    if previous is not None and _lends(previous, uid, count_label):
+    if previous is not None and podask.lends(previous, uid, count_label):
         asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
     else:
         try:
@@ -88,26 +89,10 @@ def record_of(
     )
 
 
-def _count_label(meta: Any, names: resources.GpuResourceNames) -> object:
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    return labels.get(names.count) if isinstance(labels, Mapping) else labels
-
-
-def _lends(record: PodRecord, uid: str, count_label: object) -> bool:
-    """Whether `record`'s demand is the demand of the pod with this UID and gpu-count label."""
-    return bool(uid) and record.uid == uid and record.count_label == count_label
-
-
 def demands(
     pod: Mapping[str, Any], record: PodRecord | None, names: resources.GpuResourceNames, unit: str
 ) -> tuple[demand.GpuMemoryDemand, wholecards.CardDemand]:
     """The pod's GPU-memory and whole-card demand: `record`'s (the watch's record of the same key) when
     it is the same pod (UID) with the same gpu-count label, as `record_of` reuses it; else read anew.
-    DemandError when it cannot be read."""
-    meta = pod.get("metadata")
-    uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
-    if record is not None and _lends(record, uid, _count_label(meta, names)):
-        if record.demand is None:
-            raise demand.DemandError(record.demand_error)
-        return record.demand, record.cards
-    return demand.pod_demand(pod, names, unit), wholecards.pod_cards(pod, names)
+    DemandError when it cannot be read (core.placement.podask, which filter reads the pod with)."""
+    return podask.remembered_or_read(pod, record, names, unit)

@@ -15,7 +15,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 from webhook.extender import app as app_mod
 from webhook.extender import forward
 from webhook.extender.binder import Binder

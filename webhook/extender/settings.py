@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from webhook.core import allocator, resources
+from webhook.core.placement import allocator
+from webhook.core.wire import resources
 
 URL_PREFIX = "/gpushare-scheduler"
 DEFAULT_PORT = 39999
@@ -49,7 +50,7 @@ class ExtenderSettings:
     api_server: str | None = None  # explicit API URL (tests, kubectl proxy); else kubeconfig/in-cluster
     memory_unit: str = "GiB"
     default_policy: allocator.Policy = allocator.Policy.BINPACK
-    # Filter keeps only the best-fitting nodes (core.ranking), so the GPU choice decides placement.
+    # Filter keeps only the best-fitting nodes (core.placement.ranking), so the GPU choice decides placement.
     best_fit_filter: bool = True
     names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
     url_prefix: str = URL_PREFIX

@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from prometheus_client import Counter, Gauge
@@ -23,11 +23,9 @@ from starlette.types import Receive, Scope, Send
 
 from webhook.extender import forward, scheduling, wire
 from webhook.extender.backlog import BindBacklog
+from webhook.extender.host import Host
 from webhook.serving import body as body_limit
 from webhook.serving import clientauth, fastpath, metrics, protocol
-
-if TYPE_CHECKING:
-    from webhook.extender.app import ExtenderApp
 
 log = logging.getLogger(__name__)
 METRICS_NAMESPACE = "gpushare_extender"
@@ -73,7 +71,7 @@ class Callers:
     common names). Over --http2 the server itself required a certificate the client CA signed at the
     handshake, and cannot show which (so no client names there). Also counts calls by HTTP version."""
 
-    def __init__(self, ext: ExtenderApp, stats: metrics.RequestMetrics) -> None:
+    def __init__(self, ext: Host, stats: metrics.RequestMetrics) -> None:
         settings = ext.settings
         self.stats = stats
         self.check = settings.client_ca is not None and not settings.http2
@@ -128,7 +126,7 @@ class _Endpoint:
 class Verbs:
     """The three endpoints of `ext`, by path (under settings.url_prefix); `close()` when the app stops."""
 
-    def __init__(self, ext: ExtenderApp, stats: metrics.RequestMetrics, callers: Callers) -> None:
+    def __init__(self, ext: Host, stats: metrics.RequestMetrics, callers: Callers) -> None:
         settings = self.settings = ext.settings
         self.ext, self.stats, self.limit = ext, stats, settings.max_body_bytes
         # Binds on threads (no loop API, duplicates): a plain executor hands work over for about half

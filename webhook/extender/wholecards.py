@@ -7,8 +7,8 @@ there: NVIDIA's plugin, which knows nothing of them, could hand out their GPU wh
 
 from __future__ import annotations
 
-from webhook.core import modes, wholecards
-from webhook.core.allocator import NoFit
+from webhook.core.placement import modes, wholecards
+from webhook.core.placement.allocator import NoFit
 from webhook.extender import wire
 from webhook.extender.cache import Cache
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from webhook.core import templates
+from webhook.core.specs import templates
 from webhook.serving import jsonbody
 
 

@@ -1,4 +1,4 @@
-"""Reads `<proc root>/<pid>/cgroup` for the PIDs NVML reports and hands the text to core/cgroups.py.
+"""Reads `<proc root>/<pid>/cgroup` for the PIDs NVML reports and hands the text to core/usage/cgroups.py.
 
 NVML reports PIDs of the host's PID namespace, so the proc root must be the host's: the chart mounts the
 node's /proc read-only at /host/proc (`--proc-root`), which shows host PIDs without the pod joining the
@@ -11,7 +11,7 @@ import logging
 from collections.abc import Iterable
 from pathlib import Path
 
-from webhook.core import cgroups
+from webhook.core.usage import cgroups
 
 log = logging.getLogger(__name__)
 MAX_CGROUP_BYTES = 64 * 1024  # a cgroup file is a few lines; never read more of one

@@ -20,7 +20,8 @@ from typing import Any, TypeGuard
 
 import yaml
 
-from webhook.core import devices, usage
+from webhook.core.node import devices
+from webhook.core.usage import usage
 from webhook.gpus.inventory import InventoryError, parse_memory_mib
 
 log = logging.getLogger(__name__)

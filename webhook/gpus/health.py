@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from webhook.core import devices
+from webhook.core.node import devices
 from webhook.gpus import inventory
 
 log = logging.getLogger(__name__)

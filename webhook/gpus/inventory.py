@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from webhook.core import devices, gpulabels
+from webhook.core.node import devices, gpulabels
 
 
 class InventoryError(ValueError):

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from webhook.core import devices, usage
+from webhook.core.node import devices
+from webhook.core.usage import usage
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from webhook.core import usage
+from webhook.core.usage import usage
 from webhook.gpus import inventory
 from webhook.gpus.fakeusage import FakeUsage
 from webhook.gpus.nvmlusage import NvmlUsage

@@ -1,7 +1,7 @@
 """Keep a certificate Secret usable and its CA in the caBundle of named webhook configurations, via the API.
 
-What the Secret holds and when to reissue it is `webhook.core.certsecrets`; what caBundle becomes is
-`webhook.core.cabundles`. This module reads and writes: a Secret that is missing or unusable is created or
+What the Secret holds and when to reissue it is `webhook.core.pki.certsecrets`; what caBundle becomes is
+`webhook.core.pki.cabundles`. This module reads and writes: a Secret that is missing or unusable is created or
 replaced, then every named configuration is patched. Races between Jobs or replicas are settled by
 resourceVersion: a 409 (or a 422 from a failed `test`) is re-read and retried. Used by `gpushare
 ensure-certs`.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from webhook.core import cabundles, certsecrets
+from webhook.core.pki import cabundles, certsecrets
 from webhook.kube import errors, rest
 
 log = logging.getLogger("gpushare.ensure_certs")

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from webhook.core import jsonnumbers
+from webhook.core.wire import jsonnumbers
 
 
 class DecodeError(ValueError):

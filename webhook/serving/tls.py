@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from webhook.core import certificates
+from webhook.core.pki import certificates
 
 log = logging.getLogger(__name__)
 

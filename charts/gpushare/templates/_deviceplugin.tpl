@@ -67,7 +67,7 @@
 {{- end }}
 {{- end }}
 
-{{/* The unit label every part counts gpu-mem in (webhook/core/annotations.py unit_mib): GiB, MiB or <N>MiB. */}}
+{{/* The unit label every part counts gpu-mem in (webhook/core/placement/annotations.py unit_mib): GiB, MiB or <N>MiB. */}}
 {{- define "gpushare.memoryUnit" -}}
 {{- if eq .Values.gpuMemory.unit "GiB" -}}GiB
 {{- else if eq (int .Values.gpuMemory.mibPerDevice) 1 -}}MiB

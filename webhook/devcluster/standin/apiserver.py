@@ -58,7 +58,7 @@ from typing import Any, TypeVar
 
 import kubernetes.client
 
-from webhook.core import resources
+from webhook.core.wire import resources
 from webhook.devcluster.standin.apihttp import Controls, Fault, HttpServer
 from webhook.devcluster.standin.apistore import Store
 from webhook.devcluster.standin.apiwire import BY_PLURAL, ApiStatusError, Obj, now_rfc3339

@@ -1,0 +1,88 @@
+"""Names on the wire: GPU resource names, labels, annotations and env vars of the gpushare protocol.
+
+Every other module takes these names from here (or from a `GpuResourceNames` passed in), so a key is
+spelled once. Values are the original gpushare project's, byte for byte (wire compatibility).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+# Extended resources.
+GPU_MEMORY = "aliyun.com/gpu-mem"
+GPU_COUNT = "aliyun.com/gpu-count"
+NVIDIA_GPU = "nvidia.com/gpu"
+WHOLE_DEVICE_DEFAULTS: tuple[str, ...] = (
+    NVIDIA_GPU,
+    "amd.com/gpu",
+    "gpu.intel.com/i915",
+    "gpu.intel.com/xe",
+)
+WHOLE_DEVICE_PREFIX_DEFAULTS: tuple[str, ...] = ("nvidia.com/mig-",)
+
+# The chart's DRA DeviceClasses (dra.deviceClasses): shares of one GPU's memory, and whole GPUs.
+DRA_SHARE_CLASS = "gpushare-memory"
+DRA_WHOLE_CLASS = "gpushare-gpu"
+
+# Pod label asking for the pod's gpu-mem to be split evenly over several GPUs of one node.
+GPU_COUNT_LABEL = "aliyun.com/gpu-count"
+
+# Node labels.
+GPUSHARE_NODE_LABEL = "gpushare"
+CGPU_NODE_LABEL = "cgpu"
+ISOLATION_KEY = "cgpu.disable.isolation"
+ACK_SCHEDULE_LABEL = "ack.node.gpu.schedule"
+
+# Container env switch and the env protocol of an allocated container.
+CGPU_DISABLE_ENV = "CGPU_DISABLE"
+ENV_VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+ENV_MEM_IDX = "ALIYUN_COM_GPU_MEM_IDX"
+ENV_MEM_POD = "ALIYUN_COM_GPU_MEM_POD"
+ENV_MEM_CONTAINER = "ALIYUN_COM_GPU_MEM_CONTAINER"
+ENV_MEM_DEV = "ALIYUN_COM_GPU_MEM_DEV"
+
+# Pod annotations written by the extender at bind time and by the device plugin in Allocate.
+ANN_MEM_IDX = "ALIYUN_COM_GPU_MEM_IDX"
+ANN_MEM_POD = "ALIYUN_COM_GPU_MEM_POD"
+ANN_MEM_DEV = "ALIYUN_COM_GPU_MEM_DEV"
+ANN_MEM_ASSIGNED = "ALIYUN_COM_GPU_MEM_ASSIGNED"
+ANN_MEM_ASSUME_TIME = "ALIYUN_COM_GPU_MEM_ASSUME_TIME"
+ANN_ALLOCATION = "scheduler.framework.gpushare.allocation"
+
+# Ours (not in the original protocol). The device plugin publishes each GPU of its node here, so the
+# extender can account GPUs of different sizes and skip unhealthy ones; see
+# webhook/core/placement/annotations.py.
+NODE_DEVICES_ANNOTATION = "gpushare.aliyun.com/devices"
+# Per-pod placement policy for prioritize: "binpack" (default) or "spread".
+PLACEMENT_POLICY_ANNOTATION = "gpushare.aliyun.com/placement-policy"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuResourceNames:
+    """Which resource names count as GPUs. Configurable; the defaults are the common device plugins."""
+
+    whole_device: frozenset[str] = field(default_factory=lambda: frozenset(WHOLE_DEVICE_DEFAULTS))
+    whole_device_prefixes: tuple[str, ...] = WHOLE_DEVICE_PREFIX_DEFAULTS
+    memory: str = GPU_MEMORY
+    count: str = GPU_COUNT
+    # The whole cards our device plugin serves beside shares on shared nodes
+    # (webhook/core/placement/wholecards.py); list it in whole_device too, so the rules check its values.
+    whole_card: str = NVIDIA_GPU
+    # The exact GPU names, for is_gpu and gpu_names: every resource name of every container is looked up.
+    _exact: frozenset[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_exact", frozenset((*self.whole_device, self.memory, self.count)))
+
+    def is_whole_device(self, name: str) -> bool:
+        return name in self.whole_device or name.startswith(self.whole_device_prefixes)
+
+    def is_gpu(self, name: str) -> bool:
+        return name in self._exact or name.startswith(self.whole_device_prefixes)
+
+    def gpu_names(self, keys: Iterable[object]) -> list[str]:
+        """The GPU names among `keys` (resource names as decoded: maybe no strings), sorted."""
+        exact = self._exact
+        prefixes = self.whole_device_prefixes
+        return sorted([k for k in keys if k in exact or (isinstance(k, str) and k.startswith(prefixes))])
