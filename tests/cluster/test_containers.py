@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.cluster.workloads import Workloads, node_mode, ready, wait
+from tests.e2e import dra
 from webhook.core.node import mps
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
@@ -88,24 +89,8 @@ def test_a_dra_claim_reaches_its_container_through_our_cdi_spec(work: Workloads)
         wait(
             "the device plugin gone", lambda: ready(work.chart, "daemonsets", "device-plugin") == (0, 0), 120
         )
-        claim = {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "share", "namespace": work.namespace},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": resources.DRA_SHARE_CLASS,
-                                "capacity": {"requests": {"memory": "3Gi"}},
-                            },
-                        }
-                    ]
-                }
-            },
-        }
+        claim = dra.claim("share", "3Gi")
+        claim["metadata"]["namespace"] = work.namespace
         pod = work.pod("claimed")
         pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "share"}]
         pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpu"}]}

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.workloads import Workloads, node_mode, ready, wait
-from tests.e2e import placement
+from tests.e2e import dra, placement
 from tests.e2e.test_doc_shell_blocks import blocks
 from webhook.core.node import mps
 from webhook.core.wire import resources
@@ -305,21 +305,7 @@ def _claimed_job(team: str, name: str, image: str) -> list[Obj]:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": f"{name}-share", "namespace": team},
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": resources.DRA_SHARE_CLASS,
-                                "capacity": {"requests": {"memory": "3Gi"}},
-                            },
-                        }
-                    ]
-                }
-            }
-        },
+        "spec": {"spec": dra.claim("", "3Gi")["spec"]},
     }
     container = {
         "name": "main",
