@@ -179,6 +179,23 @@ def _exec_env(work: Workloads, name: str) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith(("NVIDIA_", "ALIYUN_COM_GPU_MEM_"))}
 
 
+def _wait_for_exec(work: Workloads, name: str, timeout: float = 90) -> None:
+    """Until the kubelet serves exec for the pod: a restarted kubelet answers "pod does not exist" until its
+    pod manager holds the pod again, filled from the API server after it starts (CI saw it after the
+    device plugin had already registered again)."""
+    last: list[str] = []
+
+    def execs() -> bool:
+        done = work.cluster.kubectl("--namespace", work.namespace, "exec", name, "--", "true", check=False)
+        last[:] = [done.stderr.strip()]
+        return done.returncode == 0
+
+    try:
+        wait(f"the kubelet serving exec for {name}", execs, timeout)
+    except TimeoutError as err:
+        raise TimeoutError(f"{err}; last: {last[0] if last else ''}") from None
+
+
 def _place_one_more(work: Workloads, name: str, gib: int) -> Obj:
     work.apply(work.pod(name, {GPU_MEM: gib}))
     pod = work.running(name)
@@ -238,6 +255,7 @@ def test_kubelet_and_containerd_restarted_running_pods_keep_their_gpus_and_env(w
 
     wait("the device plugin registered with the new kubelet", served, 180)
     for name in names:
+        _wait_for_exec(work, name)
         assert (_running_state(work, name), _exec_env(work, name)) == before[name], name
     for resource, given in devices.items():
         now = {k: v for k, v in podresources.devices(socket, resource).items() if k[0] in names}
