@@ -55,7 +55,9 @@ def build_images(timeout: float = 1800) -> Path:
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"scripts/node-images failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(
+            f"scripts/node-images failed (exit {done.returncode}):\n{done.stderr[-3000:]}{done.stdout[-500:]}"
+        )
     return Path(done.stdout.strip().splitlines()[-1])
 
 
