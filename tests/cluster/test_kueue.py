@@ -106,10 +106,8 @@ def _apply_doc_blocks(chart: PodRelease) -> None:
     assert ran >= 3
 
 
-def _job(work: Workloads, team: str, name: str, gib: int = 0, cards: int = 0) -> Obj:
-    """A Job of one pod asking `gib` of GPU memory, or `cards` whole GPUs, in `team`'s LocalQueue."""
-    limits = {GPU_MEM: gib} if gib else {resources.NVIDIA_GPU: cards}
-    spec = {**work.pod(name, limits)["spec"], "restartPolicy": "Never"}
+def _job(work: Workloads, team: str, name: str, gib: int) -> Obj:
+    spec = {**work.pod(name, {GPU_MEM: gib})["spec"], "restartPolicy": "Never"}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -217,21 +215,6 @@ def test_jobs_are_admitted_within_quota_borrow_and_are_reclaimed_as_kueue_docume
     wait("the borrower suspended again", lambda: _get(chart, "jobs", "borrower", "team-a")["spec"]["suspend"])
     wait("reclaim's pod running", lambda: _running(chart, "team-b", "reclaim"), 180)
     assert not _admitted(chart, "team-a", "too-much")  # team-b lends nothing now
-    _check_gpus(chart)
-
-
-def test_a_whole_card_job_is_one_nvidia_gpu_of_the_share_flavor(kueue: PodRelease, work: Workloads) -> None:
-    chart = kueue
-    # Whole GPUs are a resource of the share flavor (docs/quotas.md): within team-b's nominal 1, beside
-    # its 16 GiB of shares, then placed by our extender on a GPU no share is on.
-    assert "created" in work.apply(_job(work, "team-b", "cards", cards=1))
-    _until_admitted(chart, "team-b", "cards")
-    pod = wait("cards' pod running", lambda: _running(chart, "team-b", "cards"), 180)
-    assert pod["spec"]["nodeSelector"]["ack.node.gpu.schedule"] == "share"  # the flavor's label
-    queue = _get(chart, "clusterqueues", "team-b", group=KUEUE)
-    share = next(f for f in queue["status"]["flavorsUsage"] if f["name"] == "gpu-share")
-    usage = {r["name"]: r for r in share["resources"]}
-    assert usage[resources.NVIDIA_GPU]["total"] == "1", usage
     _check_gpus(chart)
 
 
