@@ -61,8 +61,8 @@ def record_of(
         asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
     else:
         try:
-            asked, demand_error = demand.pod_demand(pod, names, unit), ""  # unit: for its messages
-            cards = wholecards.pod_cards(pod, names)
+            # One walk for both demands, as filter reads a pod (unit: for the messages)
+            (asked, cards), demand_error = podask.demands(pod, names, unit), ""
         except demand.DemandError as err:
             asked, demand_error = None, str(err)
     asks = (asked is not None and asked.asks()) or cards.asks()
