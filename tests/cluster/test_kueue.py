@@ -2,7 +2,8 @@
 webhooks) with our chart on a node that runs containers. docs/quotas.md's Kueue blocks are applied as
 written (flavors, two teams' ClusterQueues in a cohort, LocalQueues, a Job); then Jobs are suspended until
 admitted, admitted within quota, borrow and are preempted within the cohort as Kueue documents, and once
-admitted are placed by our extender through kube-scheduler with 0 over-committed GPUs, read from the API.
+admitted are placed by our extender through kube-scheduler with 0 over-committed GPUs, read from the API;
+whole GPUs are counted as `nvidia.com/gpu` of the share flavor, and a Job past the cohort's stays suspended.
 Kueue's own updates of a Job (unsuspending it, its flavor's nodeSelector) pass our validating webhook."""
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ from tests.cluster.workloads import Workloads, node_mode, ready, wait
 from tests.e2e import dra, placement
 from tests.e2e.test_doc_shell_blocks import blocks
 from webhook.core.node import mps
+from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
 from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster import helm, release
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
+from webhook.gpus.inventory import fake_uuid
 from webhook.kube import errors, rest
 
 Obj = dict[str, Any]
 GPU_MEM = resources.GPU_MEMORY
+CARDS = resources.NVIDIA_GPU
 KUEUE = "kueue.x-k8s.io"
 TEAMS = ("team-a", "team-b", "team-mps", "team-dra")
 CONFIG = """apiVersion: config.kueue.x-k8s.io/v1beta2
@@ -106,8 +110,10 @@ def _apply_doc_blocks(chart: PodRelease) -> None:
     assert ran >= 3
 
 
-def _job(work: Workloads, team: str, name: str, gib: int) -> Obj:
-    spec = {**work.pod(name, {GPU_MEM: gib})["spec"], "restartPolicy": "Never"}
+def _job(work: Workloads, team: str, name: str, gib: int = 0, cards: int = 0) -> Obj:
+    """A Job of one pod asking `gib` of GPU memory, or `cards` whole GPUs, in `team`'s LocalQueue."""
+    limits = {GPU_MEM: gib} if gib else {resources.NVIDIA_GPU: cards}
+    spec = {**work.pod(name, limits)["spec"], "restartPolicy": "Never"}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -158,6 +164,22 @@ def _pods(chart: PodRelease, team: str, job: str) -> list[Obj]:
     return [p for p in chart.api.pods(team) if p["metadata"].get("labels", {}).get("job-name") == job]
 
 
+def _pending_because(chart: PodRelease, team: str, job: str) -> str | None:
+    """Why Kueue reserves no quota for Job `job` (its Workload's QuotaReserved=False message), or None
+    until it has said so."""
+    found = _condition(_workload(chart, team, job), "QuotaReserved")
+    return str(found.get("message", "")) if found and found["status"] == "False" else None
+
+
+def _usage(chart: PodRelease, team: str, flavor: str, resource: str) -> str | None:
+    """ClusterQueue `team`'s total of `resource` in `flavor`, as Kueue last wrote it in its status."""
+    status = _get(chart, "clusterqueues", team, group=KUEUE).get("status") or {}
+    for used in status.get("flavorsUsage") or []:
+        if used["name"] == flavor:
+            return next((str(r["total"]) for r in used["resources"] if r["name"] == resource), None)
+    return None
+
+
 def _running(chart: PodRelease, team: str, job: str) -> Obj | None:
     pods = [p for p in _pods(chart, team, job) if p["status"].get("phase") == "Running"]
     return pods[0] if pods else None
@@ -202,7 +224,8 @@ def test_jobs_are_admitted_within_quota_borrow_and_are_reclaimed_as_kueue_docume
 
     # 28 would pass nominal + borrowingLimit (24): suspended, no pod.
     assert "created" in work.apply(_job(work, "team-a", "too-much", 8))
-    wait("too-much's Workload", lambda: _workload(chart, "team-a", "too-much"), 60)
+    why = wait("too-much pending for quota", lambda: _pending_because(chart, "team-a", "too-much"), 60)
+    assert GPU_MEM in why, why
     assert _get(chart, "jobs", "too-much", "team-a")["spec"]["suspend"] is True
     assert not _admitted(chart, "team-a", "too-much") and not _pods(chart, "team-a", "too-much")
     _check_gpus(chart)
@@ -216,6 +239,62 @@ def test_jobs_are_admitted_within_quota_borrow_and_are_reclaimed_as_kueue_docume
     wait("reclaim's pod running", lambda: _running(chart, "team-b", "reclaim"), 180)
     assert not _admitted(chart, "team-a", "too-much")  # team-b lends nothing now
     _check_gpus(chart)
+
+
+def test_whole_card_jobs_are_nvidia_gpus_of_the_share_flavor_within_the_cohort(
+    kueue: PodRelease, work: Workloads
+) -> None:
+    """Whole GPUs are a resource of the share flavor (docs/quotas.md): team-b's one card is admitted beside
+    its 16 GiB of shares and placed by our extender on a GPU no share is on; two more pass what the cohort
+    holds (team-b's 1 and team-a's 1 to borrow) and stay suspended."""
+    chart = kueue
+    try:
+        assert "created" in work.apply(_job(work, "team-b", "card", cards=1))
+        _until_admitted(chart, "team-b", "card")
+        pod = wait("card's pod running", lambda: _running(chart, "team-b", "card"), 180)
+        assert pod["spec"]["nodeSelector"]["ack.node.gpu.schedule"] == "share"  # the flavor's label
+        # Kueue writes a ClusterQueue's usage after it admits, not with the admission.
+        wait("team-b's usage of one GPU", lambda: _usage(chart, "team-b", "gpu-share", CARDS) == "1", 60)
+        assert _usage(chart, "team-b", "gpu-share", GPU_MEM) == "16"  # its share Job, unchanged
+
+        card = ann.decode(pod["metadata"]["annotations"])
+        assert card is not None, pod["metadata"]["annotations"]
+        held = set(card.allocation.per_gpu())
+        others = [
+            p for t in TEAMS for p in _listed(chart, t) if p["metadata"]["uid"] != pod["metadata"]["uid"]
+        ]
+        shared = {gpu for (_, gpu) in placement.shares_per_gpu(others)}
+        assert len(held) == 1 and not held & shared, (held, shared)
+        logged = chart.cluster.kubectl("logs", "-n", "team-b", pod["metadata"]["name"]).stdout
+        env = json.loads(next(line for line in logged.splitlines() if line.startswith("{")))["env"]
+        assert env[resources.ENV_VISIBLE_DEVICES] == fake_uuid(held.pop()), env
+
+        assert "created" in work.apply(_job(work, "team-b", "cards", cards=2))
+        why = wait("cards pending for quota", lambda: _pending_because(chart, "team-b", "cards"), 60)
+        assert CARDS in why, why
+        assert _get(chart, "jobs", "cards", "team-b")["spec"]["suspend"] is True
+        assert not _pods(chart, "team-b", "cards")
+        _check_gpus(chart)
+    finally:
+        # The pending Job first: once the card's quota is free, Kueue could admit it.
+        for job in ("cards", "card"):
+            chart.cluster.kubectl(
+                "delete",
+                "job",
+                job,
+                "-n",
+                "team-b",
+                "--ignore-not-found",
+                "--cascade=foreground",
+                "--wait=true",
+                "--timeout=120s",
+                check=False,
+            )
+        wait(
+            "the card Jobs' pods gone",
+            lambda: not _pods(chart, "team-b", "card") + _pods(chart, "team-b", "cards"),
+            120,
+        )
 
 
 def test_the_kueue_objects_of_the_docs_give_gpushare_check_no_warning(
@@ -354,7 +433,9 @@ def test_dra_shares_are_admitted_by_kueue_per_share_on_a_dra_node(kueue: PodRele
             assert pod["spec"]["nodeSelector"] == {"ack.node.gpu.schedule": "dra"}
             logged = chart.cluster.kubectl("logs", "-n", "team-dra", pod["metadata"]["name"]).stdout
             assert logged.strip().startswith("GPU-"), logged  # the env our CDI spec gave it
-        wait("third's Workload", lambda: _workload(chart, "team-dra", "third"), 60)
-        assert not _admitted(chart, "team-dra", "third")  # a third share is past the team's 2
+        # A third share is past the team's 2.
+        why = wait("third pending for quota", lambda: _pending_because(chart, "team-dra", "third"), 60)
+        assert SHARES in why, why
+        assert not _admitted(chart, "team-dra", "third")
         assert _get(chart, "jobs", "third", "team-dra")["spec"]["suspend"] is True
         chart.cluster.kubectl("delete", "namespace", "team-dra", "--wait=true", "--timeout=120s")

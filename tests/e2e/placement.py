@@ -14,16 +14,16 @@ Obj = dict[str, Any]
 
 
 def _placed(pods: list[Obj]) -> Iterator[tuple[str, dict[int, int]]]:
-    """(node, GPU index -> GiB) of each stored, bound pod with an allocation annotation."""
+    """(node, GPU index -> GiB) of each stored pod that holds its GPU memory (bound, not finished: as the
+    extender and `invariant.stored_use` count) with an allocation annotation."""
     for pod in pods:
-        node = pod["spec"].get("nodeName")
         placement = ann.decode(pod["metadata"].get("annotations"))
-        if node and placement is not None:
-            yield node, placement.allocation.per_gpu()
+        if invariant.holds(pod) and placement is not None:
+            yield pod["spec"]["nodeName"], placement.allocation.per_gpu()
 
 
 def per_gpu(pods: list[Obj]) -> dict[tuple[str, int], int]:
-    """(node, GPU index) -> GiB placed there by the stored, bound pods' allocation annotations."""
+    """(node, GPU index) -> GiB placed there by the stored pods that hold memory, by their annotations."""
     used: dict[tuple[str, int], int] = defaultdict(int)
     for node, gpus in _placed(pods):
         for gpu, amount in gpus.items():
