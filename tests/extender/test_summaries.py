@@ -8,9 +8,8 @@ import random
 import pytest
 
 from tests.extender.factory import node, pod
-from webhook.core.placement import ranking, summaries
+from webhook.core.placement import podask, ranking, summaries
 from webhook.core.placement.allocator import Policy
-from webhook.extender import records
 from webhook.extender.cache import MODIFIED, Cache
 
 
@@ -25,12 +24,14 @@ def cluster(rng: random.Random, nodes: int = 30) -> Cache:
 
 def fresh(cache: Cache, names: list[str], need: int, policy: Policy) -> list[str]:
     with cache.locked():
-        return ranking.best_quick(need, names, cache.free_asc(), {}, policy, loads=cache.loads())
+        return ranking.best_quick(
+            need, names, cache.state.summaries.free_asc(), {}, policy, loads=cache.state.summaries.loads()
+        )
 
 
 def kept(cache: Cache, names: list[str], need: int, policy: Policy) -> list[str]:
     with cache.locked():
-        return ranking.best_ranked(names, cache.quick_ranks(need, policy))
+        return ranking.best_ranked(names, cache.state.summaries.quick_ranks(need, policy))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -48,7 +49,7 @@ def test_the_kept_keys_pick_what_ranking_every_node_picks_as_pods_come_and_go(se
         chosen = fresh(cache, order, need, Policy.BINPACK)
         if chosen and rng.random() < 0.7:  # place the pod there, whole on the GPU best fit picks
             target = chosen[0]
-            free = cache.free_asc()[target]
+            free = cache.state.summaries.free_asc()[target]
             ledger = cache.ledger(target)
             assert ledger is not None
             tightest = min(f for f in free if f >= need)
@@ -89,10 +90,10 @@ def test_filter_reads_the_watchs_demand_of_the_same_pod_and_reads_another_pod_an
     assert record is not None and record.demand is not None
     # The same pod (UID, gpu-count label): the record's demand as is, the body is not read again.
     unreadable = {**watched, "spec": {"containers": "not a list"}}
-    asked, _ = records.demands(unreadable, record, cache.names, cache.unit)
+    asked, _ = podask.remembered_or_read(unreadable, record, cache.names, cache.unit)
     assert asked is record.demand
     # Another pod of that name (a new UID), or one with another gpu-count label: read from its body.
     other = pod("a", 7, uid="uid-new")
-    assert records.demands(other, record, cache.names, cache.unit)[0].effective == 7
+    assert podask.remembered_or_read(other, record, cache.names, cache.unit)[0].effective == 7
     relabelled = pod("a", 8, gpu_count=2)
-    assert records.demands(relabelled, record, cache.names, cache.unit)[0].gpu_count == 2
+    assert podask.remembered_or_read(relabelled, record, cache.names, cache.unit)[0].gpu_count == 2

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
 
-from webhook.core.placement import accounting, allocator, filtering, modes, ranking, spreading
+from webhook.core.placement import accounting, allocator, filtering, modes
 from webhook.core.placement import annotations as ann
 from webhook.core.placement.summaries import Summaries
 from webhook.core.wire import resources
@@ -68,8 +68,8 @@ class Cache:
         # What filter judges every node by (free memory per GPU, best-fit keys), refreshed on read; with
         # the dicts above, the one state core.placement.filtering reads (by reference: no copy, no callback).
         self._summaries = Summaries(self._ledgers, self._nodes)
-        held = (self._ledgers, self._nodes, self._summaries, self._placements, self._blocks.reasons)
-        self.state = filtering.NodeState(unit, *held, self._pods)
+        held = (self._summaries, self._placements, self._blocks.reasons, self._pods)
+        self.state = filtering.NodeState(unit, *held)
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
 
@@ -126,7 +126,8 @@ class Cache:
                 self.node_event(ADDED, node)
             for gone in self._nodes - seen:
                 self.node_event(DELETED, {"metadata": {"name": gone}})
-            self.largest_free()  # settle the summaries now, not in the first filter after a (re)list
+            # settle the summaries now, not in the first filter after a (re)list
+            self._summaries.largest_free()
         self.nodes_synced.set()
 
     def synced(self) -> bool:
@@ -202,7 +203,7 @@ class Cache:
             for key, assumption in list(self._assumed.items()):
                 if key not in seen and assumption.since_ns < listed_ns:
                     self._drop_assumption(key)
-            self.largest_free()
+            self._summaries.largest_free()
         self.pods_synced.set()
 
     def _set_record(self, key: str, record: PodRecord | None) -> None:
@@ -373,27 +374,7 @@ class Cache:
 
     def ledger(self, node: str) -> accounting.Ledger | None:
         """The node's ledger, or None when the node is unknown. Hold `locked()` while reading it."""
-        return self._ledgers.get(node) if node in self._nodes else None
-
-    def largest_free(self) -> Mapping[str, int]:
-        """Per known node, the free memory of its largest healthy GPU; -1 when it has no healthy GPU.
-        Hold `locked()` while using it."""
-        return self._summaries.largest_free()
-
-    def free_asc(self) -> Mapping[str, tuple[int, ...]]:
-        """Per known node, the free memory of each healthy GPU, smallest first: what filter's best fit
-        ranks every node by (`ranking.best_quick`). Hold `locked()` while using it."""
-        return self._summaries.free_asc()
-
-    def loads(self) -> Mapping[str, tuple[spreading.Load, ...]]:
-        """Per known node, each healthy GPU's (shares, free) in spread's order (`spreading.loads`): what
-        `ranking.best_quick` ranks spread nodes by. Hold `locked()` while using it."""
-        return self._summaries.loads()
-
-    def quick_ranks(self, need: int, policy: allocator.Policy) -> Mapping[str, ranking.Rank]:
-        """Per known node where a pod of `need` goes whole on one GPU, its best-fit key under `policy`
-        (`ranking.quick_rank`; nodes it does not fit are absent). Hold `locked()` while using it."""
-        return self._summaries.quick_ranks(need, policy)
+        return self._summaries.ledger(node)
 
     def node_names(self) -> list[str]:
         with self._lock:

@@ -87,12 +87,3 @@ def record_of(
         cards=cards,
         created=str(meta.get("creationTimestamp") or ""),
     )
-
-
-def demands(
-    pod: Mapping[str, Any], record: PodRecord | None, names: resources.GpuResourceNames, unit: str
-) -> tuple[demand.GpuMemoryDemand, wholecards.CardDemand]:
-    """The pod's GPU-memory and whole-card demand: `record`'s (the watch's record of the same key) when
-    it is the same pod (UID) with the same gpu-count label, as `record_of` reuses it; else read anew.
-    DemandError when it cannot be read (core.placement.podask, which filter reads the pod with)."""
-    return podask.remembered_or_read(pod, record, names, unit)

@@ -19,7 +19,6 @@ from webhook.extender import wire
 from webhook.extender.cache import NOT_SYNCED, Cache
 
 UNKNOWN_NODE = filtering.UNKNOWN_NODE
-PASS, FAIL, UNRESOLVABLE = filtering.PASS, filtering.FAIL, filtering.UNRESOLVABLE
 
 
 def filter_nodes(

@@ -7,12 +7,12 @@ there: NVIDIA's plugin, which knows nothing of them, could hand out their GPU wh
 
 from __future__ import annotations
 
-from webhook.core.placement import modes, wholecards
+from webhook.core.placement import filtering, modes, wholecards
 from webhook.core.placement.allocator import NoFit
 from webhook.extender import wire
 from webhook.extender.cache import Cache
 
-UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
+UNKNOWN_NODE = filtering.UNKNOWN_NODE
 SHARES_LEFT = (
     "gpu-mem shares placed while the node shared GPUs still run on it, and NVIDIA's plugin, which serves "
     "whole GPUs here, could hand out their GPU: whole GPUs wait until they end"

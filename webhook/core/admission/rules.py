@@ -72,7 +72,7 @@ def _value_problem(
 
 
 def _field(container: podspec.Container, section: str, value: podspec.GpuValue) -> str:
-    return f"{container.path}.resources.{section}[{value.shown}]"
+    return podspec.value_path(container, section, value.name)
 
 
 def _same(limit: quantity.Quantity | str, request: quantity.Quantity | str) -> bool:

@@ -83,10 +83,7 @@ def units(container: podspec.Container, name: str, unit: str = gpumem.DEFAULT_UN
     raw, parsed = amount.raw, amount.parsed
     found = gpumem.memory_problem(raw, parsed, name, unit)
     if found is not None:
-        at = (
-            f"{templates.join(container.path, 'resources')}.{amount.section}[{templates.printable(name, 60)}]"
-        )
-        raise _error(at, container.name, raw, found)
+        raise _error(podspec.value_path(container, amount.section, name), container.name, raw, found)
     assert not isinstance(parsed, str)  # memory_problem reports every unparsed value
     return parsed.to_int()
 
@@ -272,18 +269,13 @@ def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> GpuMemo
             raise _error(templates.key_path(labels_path, names.count), None, labels[names.count], found)
     count = gpu_count(labels, names.count)
     for item, asked in zip(init_items, init, strict=True):
-        found = init_problem(asked, sum(app), count, names, unit, sidecar=is_sidecar(item))
+        found = init_problem(asked, sum(app), count, names, unit, sidecar=item.sidecar)
         if found is not None:
             raise _error(memory_path(item, names), item.name, asked, found)
     return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)
 
 
-def is_sidecar(item: podspec.Container) -> bool:
-    """A restartable init container (Kubernetes 1.29+ native sidecar): it keeps running."""
-    return item.init and item.body.get("restartPolicy") == "Always"
-
-
 def memory_path(item: podspec.Container, names: resources.GpuResourceNames) -> str:
     """Where a container asks for gpu-mem: its limit when it has one, else its request."""
     section = "limits" if names.memory in item.limits else "requests"
-    return f"{item.path}.resources.{section}[{templates.printable(names.memory, 60)}]"
+    return podspec.value_path(item, section, names.memory)

@@ -9,7 +9,7 @@ GPU, at most one gpu-mem container) is judged from the summaries' per-node numbe
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from webhook.core.placement import accounting, allocator, modes, ranking
@@ -28,15 +28,14 @@ class NodeState:
     value serves every call), read under its lock."""
 
     unit: str
-    ledgers: Mapping[str, accounting.Ledger]
-    known: Container[str]  # the nodes the watch shows now
-    summaries: Summaries
+    summaries: Summaries  # with each known node's ledger (`ledger`)
     placements: Mapping[str, Policy]  # each node's ack.node.gpu.placement policy, where it names one
     blocked: Mapping[str, str]  # nodes that take no share of ours, with the reason (extender's blocks)
     pods: Mapping[str, Remembered]  # the watch's records by pod key: they lend the pod's demand
 
     def ledger(self, name: str) -> accounting.Ledger | None:
-        return self.ledgers.get(name) if name in self.known else None
+        """The node's ledger; None when the watch does not show the node now."""
+        return self.summaries.ledger(name)
 
 
 @dataclass(slots=True)

@@ -36,6 +36,10 @@ class Summaries:
         self._ranks: OrderedDict[tuple[int, Policy], dict[str, ranking.Rank]] = OrderedDict()
         self._dirty: set[str] = set()
 
+    def ledger(self, name: str) -> accounting.Ledger | None:
+        """The node's ledger; None when the node is not known (the watch does not show it now)."""
+        return self._ledgers.get(name) if name in self._known else None
+
     def changed(self, name: str) -> None:
         """The node's ledger (or its being known) changed: refresh its numbers at the next read."""
         self._dirty.add(name)
@@ -44,7 +48,7 @@ class Summaries:
         if not self._dirty:
             return
         for name in self._dirty:
-            ledger = self._ledgers.get(name) if name in self._known else None
+            ledger = self.ledger(name)
             if ledger is None:
                 self._largest.pop(name, None)
                 self._capacity.pop(name, None)
@@ -89,7 +93,7 @@ class Summaries:
         """The node's loads, made now if its ledger changed since they were last made. A known node."""
         loads = self._loads.get(name)
         if loads is None:
-            ledger = self._ledgers.get(name) if name in self._known else None
+            ledger = self.ledger(name)
             loads = self._loads[name] = () if ledger is None else spreading.loads(ledger.gpus())
         return loads
 

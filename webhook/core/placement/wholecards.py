@@ -162,16 +162,7 @@ def pod_cards(pod: Mapping[str, Any], names: resources.GpuResourceNames | None =
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         return CardDemand()
-    app: list[int] = []
-    init: list[int] = []
-    for item in podspec.objects(spec):
-        (init if item.init else app).append(container_cards(item.body, names.whole_card, item.path))
-    if not any(app) and not any(init):
-        return CardDemand(tuple(app), tuple(init))
-    found = mixed(spec, names)
-    if found is not None:
-        raise DemandError(gpumem.describe(found.path, found.container, None, *found.problem))
-    return CardDemand(tuple(app), tuple(init))
+    return of_view(specview.read(templates.PodTemplate("", {}, spec), names))
 
 
 def of_view(view: specview.SpecView) -> CardDemand:

@@ -29,7 +29,7 @@ _VALUE_LIMIT = 60
 # Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
 _MAX_INT_BITS = 3000
 # Spellings this long or shorter are remembered once read (as quantity.parse does).
-CACHED_LENGTH = _CACHED_LENGTH = 32
+CACHED_LENGTH = 32
 # What a quantity may arrive as; a tuple, as `str | int | ...` in isinstance builds a union per call.
 _JSON_SCALARS = (str, int, float, type(None))
 
@@ -123,7 +123,7 @@ def show(value: object) -> str:
 
 def parse(raw: object) -> quantity.Quantity | str:
     """The quantity, or apimachinery's reason for refusing it; never raises, whatever JSON `raw` is."""
-    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+    if type(raw) is str and len(raw) <= CACHED_LENGTH:
         return _parse_text(raw)  # most values: "1", "4", "16", read once per spelling
     if isinstance(raw, int) and raw.bit_length() > _MAX_INT_BITS:
         return quantity.TOO_LARGE_ERROR
@@ -149,7 +149,7 @@ def read(raw: object) -> tuple[quantity.Quantity | str, bool]:
     """`parse(raw)`, and whether the value is plain: a whole number >= 0 written without a suffix, of
     which no rule has anything to say, whatever the resource and unit (memory_problem is None for it,
     and so are the whole-GPU rules). The walk (podspec) reads every GPU value through here once."""
-    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+    if type(raw) is str and len(raw) <= CACHED_LENGTH:
         return read_text(raw)
     parsed = parse(raw)
     return parsed, _plain(raw, parsed)
@@ -223,7 +223,7 @@ def _written_by_the_api_server(text: str, parsed: quantity.Quantity, unit: str) 
 
 def memory_problem(raw: object, parsed: quantity.Quantity | str, name: str, unit: str) -> Problem | None:
     """Any problem of a gpu-mem value (`parsed` as `parse` gave it); None when it is a fine whole number."""
-    if type(raw) is str and len(raw) <= _CACHED_LENGTH:
+    if type(raw) is str and len(raw) <= CACHED_LENGTH:
         return _text_problem(raw, name, unit)  # the same few spellings in every pod
     return _memory_problem(raw, parsed, name, unit)
 

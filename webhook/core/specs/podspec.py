@@ -273,6 +273,12 @@ class Container:
 _NO_VALUES: Mapping[str, GpuValue] = {}
 
 
+def value_path(container: Container, section: str, name: str) -> str:
+    """Where resource `name` is written in `container`: `<path>.resources.<section>[<name>]`, the name as
+    messages show it (one line, clipped)."""
+    return f"{container.path}.resources.{section}[{templates.printable(name, _VALUE_LIMIT)}]"
+
+
 def _asks(parsed: quantity.Quantity | str) -> bool:
     return isinstance(parsed, str) or parsed.mantissa > 0
 

@@ -72,6 +72,6 @@ def read(template: templates.PodTemplate, names: resources.GpuResourceNames) -> 
     # Container.holds, read from the walk's values (a GPU name's holds was computed there)
     holders = [c for c in objects if memory in c.gpu and c.gpu[memory].holds]
     metadata = template.metadata
-    spec_path = f"{path}.spec" if path else "spec"  # templates.join(path, "spec")
+    spec_path = templates.join(path, "spec")
     labels, annotations = metadata.get("labels"), metadata.get("annotations")
     return SpecView(template, names, items, objects, labels, annotations, spec_path, holders)
