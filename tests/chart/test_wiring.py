@@ -197,12 +197,15 @@ def test_device_plugin_daemonset_meets_the_kubelet_contract(objects: list[dict[s
     spec = ds["spec"]["template"]["spec"]
     assert "nodeSelector" not in spec  # the mode affinity chooses the nodes (test_deviceplugin_modes.py)
     host_paths = {v["name"]: v["hostPath"] for v in spec["volumes"] if "hostPath" in v}
-    # The device-plugin folder, the PodResources folder (test_deviceplugin_modes.py) and the node's /proc
-    # for GPU usage (read-only: NVML's PIDs are the host's); nothing else.
+    # The device-plugin folder, the PodResources folder (test_deviceplugin_modes.py), the node's /proc
+    # for GPU usage (read-only: NVML's PIDs are the host's) and the runtime's CDI spec folders (read-only:
+    # which CDI device each GPU is, test_cdi.py); nothing else.
     assert host_paths == {
         "device-plugins": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
         "pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
         "host-proc": {"path": "/proc", "type": "Directory"},
+        "cdi-spec-0": {"path": "/etc/cdi", "type": "DirectoryOrCreate"},
+        "cdi-spec-1": {"path": "/var/run/cdi", "type": "DirectoryOrCreate"},
     }
     container = spec["containers"][0]
     mounts = {m["name"]: m for m in container["volumeMounts"]}

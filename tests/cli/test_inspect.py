@@ -382,6 +382,29 @@ def test_mode_and_model_columns_follow_the_node_labels_and_gpus(
     assert "MODEL:      Tesla-T4" in out.splitlines()
 
 
+def test_how_each_node_hands_its_gpus_out_shows_once_its_device_plugin_published_it(
+    apiserver: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    devices_ = ann.NodeDevices("GiB", (ann.GpuDevice(0, "GPU-t4", 15, model="Tesla T4"),)).to_json()
+    share = {modes.MODE_LABEL: "share"}
+    apiserver.add_node(
+        "before", gpus=1, gpu_mem=15, labels=share, annotations={resources.NODE_DEVICES_ANNOTATION: devices_}
+    )
+    _, out, _ = run(capsys, "--server", apiserver.url)
+    assert "DEVICE LIST" not in out  # no node says yet: the table stays the original's
+    notes = {resources.NODE_DEVICES_ANNOTATION: devices_, resources.NODE_DEVICE_LIST_ANNOTATION: "cdi-cri"}
+    apiserver.add_node("cdi", gpus=1, gpu_mem=15, labels=share, annotations=notes)
+    _, out, _ = run(capsys, "--server", apiserver.url)
+    header, *rows = out.splitlines()[:3]
+    assert header.split()[-2:] == ["DEVICE", "LIST"]
+    assert rows[0].split()[0] == "before" and rows[0].split()[-1] == "-"
+    assert rows[1].split()[0] == "cdi" and rows[1].split()[-1] == "cdi-cri"
+    _, out, _ = run(capsys, "--server", apiserver.url, "-d", "cdi")
+    assert "DEVICE LIST: cdi-cri" in out.splitlines()
+    _, out, _ = run(capsys, "--server", apiserver.url, "-o", "json")
+    assert [n["deviceList"] for n in json.loads(out)["nodes"]] == ["", "cdi-cri"]
+
+
 def _quota(name: str, namespace: str, hard: dict[str, str], used: dict[str, str] | None) -> dict[str, Any]:
     quota: dict[str, Any] = {
         "apiVersion": "v1",

@@ -1,6 +1,7 @@
 """Pods as a user writes them, in a namespace of a test's own, and what their containers report: each
-prints, once, one JSON line with its environment and mount points (`report`), then sleeps, so the
-container keeps running for tests that restart the node beneath it."""
+prints, once, one JSON line with its environment, mount points and /dev/nvidia* device nodes (`report`),
+then sleeps (REPORT_SLEEP seconds, forever by default), so the container keeps running for tests that
+restart the node beneath it."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from webhook.kube import rest
 Obj = dict[str, Any]
 T = TypeVar("T")
 REPORT = (
-    "import json, os, time\n"
+    "import glob, json, os, time\n"
     "mounts = [line.split()[1] for line in open('/proc/mounts')]\n"
-    "print(json.dumps({'env': dict(os.environ), 'mounts': mounts}), flush=True)\n"
-    "time.sleep(10**9)\n"
+    "gpus = sorted(glob.glob('/dev/nvidia*'))\n"
+    "print(json.dumps({'env': dict(os.environ), 'mounts': mounts, 'devices': gpus}), flush=True)\n"
+    "time.sleep(float(os.environ.get('REPORT_SLEEP', 10**9)))\n"
 )
 
 
@@ -146,11 +148,12 @@ class Workloads:
         except TimeoutError as err:
             raise TimeoutError(f"{err}; status: {json.dumps(self.get(name)['status'])[:2000]}") from None
 
-    def report(self, name: str, timeout: float = 60) -> Obj:
-        """What pod `name`'s container printed: {"env": {...}, "mounts": [...]}."""
+    def report(self, name: str, timeout: float = 60, container: str = "") -> Obj:
+        """What pod `name`'s container (its first, or `container`) printed: {"env": {...}, "mounts": [...],
+        "devices": [/dev/nvidia*]}."""
 
         def check() -> Obj | None:
-            text = self.kubectl("logs", name, check=False)
+            text = self.kubectl("logs", name, *(("-c", container) if container else ()), check=False)
             for line in text.splitlines():
                 if line.startswith("{"):
                     parsed: Obj = json.loads(line)

@@ -13,8 +13,13 @@ import pytest
 from tests.standins.kubelet import Kubelet
 from webhook.core.node import devices, podviews
 from webhook.core.wire import resources
-from webhook.deviceplugin import allocator, reconcile, registration, server, state
+from webhook.devcluster.standin.apiserver import ApiServer
+from webhook.deviceplugin import allocator, app, reconcile, registration, server, state
+from webhook.deviceplugin.settings import DevicePluginSettings
 from webhook.gpus import inventory
+
+CARDS = resources.NVIDIA_GPU
+Start = Callable[..., tuple[app.Plugin, Kubelet]]
 
 
 class ListPods:
@@ -122,3 +127,40 @@ def kubelet(tmp_path: Path) -> Iterator[Kubelet]:
     k = Kubelet(short_dir(tmp_path), pod_resources=pod_resources_socket(tmp_path)).start()
     yield k
     k.stop()
+
+
+@pytest.fixture
+def whole_plugin(apiserver: ApiServer, tmp_path: Path) -> Iterator[Start]:
+    """The whole plugin (app.Plugin) against the API stand-in, with a kubelet stand-in for both resources
+    and its PodResources API; `make(labels, fake_gpus, kubelet=None, **settings)`."""
+    running: list[tuple[app.Plugin, Kubelet]] = []
+
+    def make(
+        labels: dict[str, str] | None = None,
+        fake_gpus: str = "0:16,1:16,2:16",
+        kubelet: Kubelet | None = None,  # given: a plugin restart beside a running kubelet
+        **settings: Any,
+    ) -> tuple[app.Plugin, Kubelet]:
+        plugin_dir = short_dir(tmp_path)
+        socket = pod_resources_socket(tmp_path)
+        if kubelet is None:
+            apiserver.add_node("node-1", labels=labels or {})
+            kubelet = Kubelet(plugin_dir, pod_resources=socket, also=(CARDS,)).start()
+        config = DevicePluginSettings(
+            node_name="node-1",
+            fake_gpus=fake_gpus,
+            api_host=apiserver.url,
+            device_plugin_dir=plugin_dir,
+            endpoint="gpushare.sock",
+            **{"pod_resources_socket": socket, "allocate_wait_s": 0.3, **settings},
+        )
+        seen, cards_seen = kubelet.messages, kubelet.resource(CARDS).messages
+        plugin = app.Plugin(config).start()
+        running.append((plugin, kubelet))
+        kubelet.wait(lambda k: k.messages > seen and k.resource(CARDS).messages > cards_seen, timeout=10)
+        return plugin, kubelet
+
+    yield make
+    for plugin, kubelet in running:
+        plugin.stop()
+        kubelet.stop()

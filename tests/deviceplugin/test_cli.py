@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -32,6 +33,8 @@ def test_flags_and_node_name_become_settings():
     ("argv", "env", "needle"),
     [
         (["--fake-gpus", "0:16"], {}, "node name is required"),
+        (["--cdi-spec-dirs", "etc/cdi"], {"NODE_NAME": "n"}, "--cdi-spec-dirs must be absolute"),
+        (["--cdi-kind", "nvidia.com"], {"NODE_NAME": "n"}, "--cdi-kind: 'nvidia.com' is not a CDI kind"),
         (["--mib-per-device", "64"], {"NODE_NAME": "n"}, "applies to --memory-unit MiB only"),
         (["--fake-gpus", "0:1", "--inventory-file", "x.yaml"], {"NODE_NAME": "n"}, "exclusive"),
         (["--endpoint", "a/b.sock"], {"NODE_NAME": "n"}, "socket file name"),
@@ -46,7 +49,16 @@ def test_flags_and_node_name_become_settings():
             "--mps-log-dir '/a:/b' must be an absolute host path",
         ),
     ],
-    ids=["no-node-name", "block-with-gib", "two-inventories", "bad-endpoint", "relative-pipe", "colon-log"],
+    ids=[
+        "no-node-name",
+        "relative-cdi-dir",
+        "cdi-kind",
+        "block-with-gib",
+        "two-inventories",
+        "bad-endpoint",
+        "relative-pipe",
+        "colon-log",
+    ],
 )
 def test_bad_settings_exit_2_with_the_reason(monkeypatch, capsys, argv, env, needle):
     monkeypatch.delenv("NODE_NAME", raising=False)
@@ -179,3 +191,18 @@ def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apis
             proc.kill()
             proc.communicate()
         kubelet.stop()
+
+
+def test_how_gpus_reach_containers_comes_from_three_flags():
+    parser = serve_device_plugin.build_parser()
+    default = serve_device_plugin.settings_from_args(parser.parse_args([]), {"NODE_NAME": "n"}).delivery
+    assert (default.strategy, default.folders, default.kind) == (
+        "auto",
+        (Path("/etc/cdi"), Path("/var/run/cdi")),
+        "nvidia.com/gpu",
+    )
+    argv = ["--device-list-strategy", "cdi-cri", "--cdi-spec-dirs", "/a, /b", "--cdi-kind", "x.com/gpu"]
+    found = serve_device_plugin.settings_from_args(parser.parse_args(argv), {"NODE_NAME": "n"}).delivery
+    assert (found.strategy, found.folders, found.kind) == ("cdi-cri", (Path("/a"), Path("/b")), "x.com/gpu")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--device-list-strategy", "cdi"])

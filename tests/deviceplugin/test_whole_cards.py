@@ -5,60 +5,25 @@ gRPC, with its PodResources API on."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from tests.deviceplugin.conftest import pod_resources_socket, short_dir
+from tests.deviceplugin.conftest import Start
 from tests.deviceplugin.placed import card_pod
-from tests.standins.kubelet import Kubelet
 from webhook.cli import serve_device_plugin
 from webhook.core.placement import modes
 from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app
-from webhook.deviceplugin.settings import DevicePluginSettings
 
 CARDS = resources.NVIDIA_GPU
-Start = Callable[..., tuple[app.Plugin, Kubelet]]
 
 
 @pytest.fixture
-def start(apiserver: ApiServer, tmp_path: Path) -> Iterator[Start]:
-    running: list[tuple[app.Plugin, Kubelet]] = []
-
-    def make(
-        labels: dict[str, str] | None = None,
-        fake_gpus: str = "0:16,1:16,2:16",
-        kubelet: Kubelet | None = None,  # given: a plugin restart beside a running kubelet
-        **settings: Any,
-    ) -> tuple[app.Plugin, Kubelet]:
-        plugin_dir = short_dir(tmp_path)
-        socket = pod_resources_socket(tmp_path)
-        if kubelet is None:
-            apiserver.add_node("node-1", labels=labels or {})
-            kubelet = Kubelet(plugin_dir, pod_resources=socket, also=(CARDS,)).start()
-        config = DevicePluginSettings(
-            node_name="node-1",
-            fake_gpus=fake_gpus,
-            api_host=apiserver.url,
-            device_plugin_dir=plugin_dir,
-            endpoint="gpushare.sock",
-            **{"pod_resources_socket": socket, "allocate_wait_s": 0.3, **settings},
-        )
-        seen, cards_seen = kubelet.messages, kubelet.resource(CARDS).messages
-        plugin = app.Plugin(config).start()
-        running.append((plugin, kubelet))
-        kubelet.wait(lambda k: k.messages > seen and k.resource(CARDS).messages > cards_seen, timeout=10)
-        return plugin, kubelet
-
-    yield make
-    for plugin, kubelet in running:
-        plugin.stop()
-        kubelet.stop()
+def start(whole_plugin: Start) -> Start:
+    return whole_plugin
 
 
 def _card_pod(

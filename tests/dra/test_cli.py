@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -30,6 +31,8 @@ def test_flags_and_node_name_become_settings(short_root):
     ("argv", "env", "needle"),
     [
         (["--fake-gpus", "0:16"], {}, "node name is required"),
+        (["--cdi-spec-dirs", "etc/cdi"], {"NODE_NAME": "n"}, "--cdi-spec-dirs must be absolute"),
+        (["--cdi-kind", "nvidia.com"], {"NODE_NAME": "n"}, "--cdi-kind: 'nvidia.com' is not a CDI kind"),
         (
             ["--driver-name", "GPU_share"],
             {"NODE_NAME": "n"},
@@ -45,6 +48,8 @@ def test_flags_and_node_name_become_settings(short_root):
     ],
     ids=[
         "no-node",
+        "relative-cdi-spec-dir",
+        "cdi-kind",
         "driver-name",
         "block-with-gib",
         "two-inventories",
@@ -111,3 +116,18 @@ def test_the_command_publishes_registers_serves_probes_and_stops_on_sigterm(apis
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_how_gpus_reach_containers_comes_from_three_flags():
+    parser = serve_dra_driver.build_parser()
+    default = serve_dra_driver.settings_from_args(parser.parse_args([]), {"NODE_NAME": "n"}).delivery
+    assert (default.strategy, default.folders, default.kind) == (
+        "auto",
+        (Path("/etc/cdi"), Path("/var/run/cdi")),
+        "nvidia.com/gpu",
+    )
+    argv = ["--device-list-strategy", "cdi-cri", "--cdi-spec-dirs", "/a, /b", "--cdi-kind", "x.com/gpu"]
+    found = serve_dra_driver.settings_from_args(parser.parse_args(argv), {"NODE_NAME": "n"}).delivery
+    assert (found.strategy, found.folders, found.kind) == ("cdi-cri", (Path("/a"), Path("/b")), "x.com/gpu")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--device-list-strategy", "cdi"])

@@ -17,9 +17,13 @@ from tests.gpus.stoporder import StopOrder
 from webhook.core.node import cdi, draslice, mps
 from webhook.core.placement import modes
 from webhook.core.wire import resources
+from webhook.devcluster import toolkitcdi
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.dra import app
 from webhook.dra.settings import DraSettings
+from webhook.gpus import inventory
+from webhook.gpus.inventory import fake_uuid
+from webhook.gpus.toolkitspecs import DeliverySettings
 
 NAME = draslice.slice_name(NODE, DRIVER)
 Start = Callable[..., app.Driver]
@@ -162,3 +166,69 @@ def test_stop_waits_for_the_health_watcher_before_nvml_shuts_down(start, monkeyp
     order.install(monkeypatch)
     start().stop()
     assert order.closed_after_watcher is True
+
+
+def _toolkit_spec(
+    short_root: Path, names: tuple[str, ...] = ("index", "uuid"), gpus: str = "0:16,1:16"
+) -> tuple[Path, ...]:
+    """A toolkit-shaped nvidia.com/gpu spec for fake GPUs `gpus`; the spec folders to read."""
+    folder = short_root / "etc-cdi"
+    folder.mkdir(exist_ok=True)
+    found = inventory.parse_fake_gpus(gpus).gpus()
+    (folder / toolkitcdi.FILE_NAME).write_text(json.dumps(toolkitcdi.spec(found, "/lib/x", names)))
+    return folder, short_root / "cdi"
+
+
+def test_a_prepared_claim_names_the_toolkit_device_of_each_gpu_beside_our_own(apiserver, start, short_root):
+    folders = _toolkit_spec(short_root, names=("uuid",))
+    driver = start(delivery=DeliverySettings("auto", folders))
+    apiserver.wait_for(lambda: _devices(apiserver) == ["gpu-0", "gpu-1"], what="the slice")
+    # One request over both GPUs, twice on GPU 1 (two shares of it): each GPU's device once.
+    apiserver.put(
+        claim(
+            "u1",
+            "c1",
+            result("gpu-0", "2Gi", share="a"),
+            result("gpu-1", "2Gi", share="b"),
+            result("gpu-1", "3Gi", share="c"),
+        )
+    )
+    got = kubelet.prepare(driver.settings.dra_socket, [("u1", "ns", "c1")]).claims["u1"]
+    assert got.error == ""
+    ours = f"{cdi.kind(DRIVER)}=u1-gpu"
+    assert [list(d.cdi_device_ids) for d in got.devices] == [
+        [ours, f"nvidia.com/gpu={fake_uuid(0)}"],
+        [f"nvidia.com/gpu={fake_uuid(1)}"],
+        [],
+    ]
+    spec = json.loads((short_root / "cdi" / cdi.file_name(cdi.kind(DRIVER), "u1")).read_text())
+    env = spec["devices"][0]["containerEdits"]["env"]
+    assert f"{resources.ENV_MEM_IDX}=0,1" in env
+    visible = f"nvidia.com/gpu={fake_uuid(0)},nvidia.com/gpu={fake_uuid(1)}"
+    assert f"{resources.ENV_VISIBLE_DEVICES}={visible}" in env  # the same devices, fully qualified
+    assert driver.metrics.registry.get_sample_value("gpushare_device_list", {"mode": "cdi-cri"}) == 1
+
+
+def test_without_a_toolkit_spec_a_claim_gets_the_visible_devices_env_in_our_spec(
+    apiserver, start, short_root
+):
+    driver = start(delivery=DeliverySettings("auto", (short_root / "cdi",)))
+    apiserver.wait_for(lambda: _devices(apiserver) == ["gpu-0", "gpu-1"], what="the slice")
+    apiserver.put(claim("u1", "c1", result("gpu-1", "4Gi")))
+    got = kubelet.prepare(driver.settings.dra_socket, [("u1", "ns", "c1")]).claims["u1"]
+    assert [list(d.cdi_device_ids) for d in got.devices] == [[f"{cdi.kind(DRIVER)}=u1-gpu"]]
+    spec = json.loads((short_root / "cdi" / cdi.file_name(cdi.kind(DRIVER), "u1")).read_text())
+    assert f"{resources.ENV_VISIBLE_DEVICES}={fake_uuid(1)}" in spec["devices"][0]["containerEdits"]["env"]
+
+
+def test_forced_cdi_refuses_a_claim_on_a_gpu_no_spec_names_and_writes_nothing(apiserver, start, short_root):
+    folders = _toolkit_spec(short_root, names=("index",), gpus="0:16")  # GPU 1 not named
+    driver = start(delivery=DeliverySettings("cdi-cri", folders))
+    apiserver.wait_for(lambda: _devices(apiserver) == ["gpu-0", "gpu-1"], what="the slice")
+    apiserver.put(claim("u1", "c1", result("gpu-1", "4Gi")))
+    got = kubelet.prepare(driver.settings.dra_socket, [("u1", "ns", "c1")]).claims["u1"]
+    assert got.error.startswith(
+        f"ResourceClaim ns/c1: GPU 1 ({fake_uuid(1)}) is not a CDI device of kind nvidia.com/gpu in the "
+        f"specs read from {folders[0]}, {folders[1]} (device-list strategy cdi-cri)"
+    )
+    assert not (short_root / "cdi" / cdi.file_name(cdi.kind(DRIVER), "u1")).exists()

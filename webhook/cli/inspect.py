@@ -316,6 +316,11 @@ def cluster_use(
                 problems=problems,
                 mode=mode,
                 model=gpulabels.model(g.model for g in gpus if g.model),
+                device_list=str(
+                    ((node.get("metadata") or {}).get("annotations") or {}).get(
+                        resources.NODE_DEVICE_LIST_ANNOTATION, ""
+                    )
+                ),
             )
         )
     return table.ClusterUse(unit=unit, nodes=tuple(rows))

@@ -53,6 +53,8 @@ class NodeUse:
     problems: tuple[str, ...] = ()  # over-commits, unreadable annotations, pods never placed
     mode: str = ""  # ack.node.gpu.schedule as the parts read it (core/placement/modes.py); "" when not known
     model: str = ""  # the GPU model as the aliyun.accelerator/nvidia_name label writes it, or "mixed"
+    # How its device plugin hands GPUs to containers (envvar, cdi-cri, both; docs/cdi.md); "" when not known
+    device_list: str = ""
 
     @property
     def total(self) -> int:
@@ -115,6 +117,9 @@ def _summary_lines(cluster: ClusterUse) -> list[str]:
         header.append("PENDING(Allocated)")
     header.append(f"GPU Memory({cluster.unit})")
     header += ["MODE", "MODEL"]  # after the original columns, so scripts reading those keep working
+    with_device_list = any(n.device_list for n in cluster.nodes)
+    if with_device_list:
+        header.append("DEVICE LIST")
     rows = [header]
     for node in cluster.nodes:
         cells = {g.index: _gpu_cell(g, cluster) for g in node.gpus}
@@ -123,6 +128,8 @@ def _summary_lines(cluster: ClusterUse) -> list[str]:
             row.append(str(node.pending) if node.pending else "")
         row.append(f"{node.used}/{node.total}")
         row += [node.mode or "-", node.model or "-"]
+        if with_device_list:
+            row.append(node.device_list or "-")
         rows.append(row)
     out = _table(rows)
     if with_pending:
@@ -140,7 +147,10 @@ def _detail_lines(cluster: ClusterUse) -> list[str]:
             if p.gpu not in indexes:
                 indexes.append(p.gpu)
         out += [f"NAME:       {node.name}", f"IPADDRESS:  {node.address or '-'}"]
-        out += [f"MODE:       {node.mode or '-'}", f"MODEL:      {node.model or '-'}", ""]
+        out += [f"MODE:       {node.mode or '-'}", f"MODEL:      {node.model or '-'}"]
+        if node.device_list:
+            out.append(f"DEVICE LIST: {node.device_list}")
+        out.append("")
         columns = [f"GPU{i}(Allocated)" for i in indexes]
         if cluster.usage:
             columns = [c for i in indexes for c in (f"GPU{i}(Allocated)", f"GPU{i}(Used)")]
@@ -233,6 +243,7 @@ def to_json(cluster: ClusterUse) -> dict[str, Any]:
                 "pending": n.pending,
                 "mode": n.mode,
                 "model": n.model,
+                "deviceList": n.device_list,
                 "gpus": [
                     {
                         "index": g.index,

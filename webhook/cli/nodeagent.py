@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from webhook.cli import exitcodes
-from webhook.core.node import mps
+from webhook.core.node import cdidevices, devicelist, mps
+from webhook.gpus import toolkitspecs
 
 Settings = TypeVar("Settings")
 
@@ -88,3 +89,37 @@ def main(
     except start_error as err:
         print(f"{parser.prog}: {err}", file=sys.stderr)
         return exitcodes.FAILURE
+
+
+def add_delivery_flags(p: argparse.ArgumentParser) -> None:
+    """How GPUs reach containers: NVIDIA_VISIBLE_DEVICES, the toolkit's CDI devices, or both."""
+    g = p.add_argument_group("how GPUs reach containers (docs/cdi.md)")
+    g.add_argument(
+        "--device-list-strategy",
+        choices=[s.value for s in devicelist.Strategy],
+        default=devicelist.Strategy.AUTO.value,
+        help="envvar: NVIDIA_VISIBLE_DEVICES for the NVIDIA runtime (legacy mode); cdi-cri: each GPU's CDI "
+        "device from the node's NVIDIA toolkit spec; both; auto: cdi-cri when the spec names this node's "
+        "GPUs, else envvar (default auto)",
+    )
+    g.add_argument(
+        "--cdi-spec-dirs",
+        default=",".join(cdidevices.DEFAULT_FOLDERS),
+        metavar="DIRS",
+        help="the CDI spec folders the runtime reads, comma-separated, later ones win "
+        f"(default {','.join(cdidevices.DEFAULT_FOLDERS)})",
+    )
+    g.add_argument(
+        "--cdi-kind",
+        default=cdidevices.NVIDIA_KIND,
+        metavar="KIND",
+        help=f"the CDI kind of the toolkit's GPU devices (default {cdidevices.NVIDIA_KIND})",
+    )
+
+
+def delivery_settings(args: argparse.Namespace) -> toolkitspecs.DeliverySettings:
+    return toolkitspecs.DeliverySettings(
+        strategy=args.device_list_strategy,
+        folders=tuple(Path(f.strip()) for f in args.cdi_spec_dirs.split(",") if f.strip()),
+        kind=args.cdi_kind,
+    )

@@ -88,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "on nodes labelled ack.node.gpu.schedule=mps (needs Volta or newer GPUs)",
         dirs_note=", mounted into MPS containers",
     )
+    nodeagent.add_delivery_flags(p)
     usage = p.add_argument_group("GPU usage and over-share (docs/device-plugin.md)")
     usage.add_argument(
         "--usage-interval",
@@ -163,6 +164,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_
         overshare_grace_s=args.overshare_grace,
         overshare_event_interval_s=args.overshare_event_interval,
         overshare_evict=args.overshare_evict,
+        delivery=nodeagent.delivery_settings(args),
         log_level=args.log_level,
         log_format=args.log_format,
     ).validate()

@@ -84,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         mps_help="give every prepared claim the NVIDIA MPS env and mounts on nodes labelled dra too, not "
         "only on dra-mps (needs Volta or newer GPUs)",
     )
+    nodeagent.add_delivery_flags(p)
     nodeagent.add_log_flags(p)
     return p
 
@@ -109,6 +110,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dra
         force_mps=args.mps,
         mps_pipe_dir=args.mps_pipe_dir,
         mps_log_dir=args.mps_log_dir,
+        delivery=nodeagent.delivery_settings(args),
         log_level=args.log_level,
         log_format=args.log_format,
     ).validate()

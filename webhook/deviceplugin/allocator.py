@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
-from webhook.core.node import devices, matching, mps, podviews
+from webhook.core.node import devicelist, devices, matching, mps, podviews
 from webhook.core.wire import resources
 from webhook.deviceplugin.state import DeviceState
 
@@ -34,10 +34,12 @@ class AllocateError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    """What one container gets: its env, and on MPS nodes the MPS directories mounted."""
+    """What one container gets: its env, on MPS nodes the MPS directories mounted, and on CDI nodes the CDI
+    device of each of its GPUs (the runtime injects them; core/node/devicelist.py)."""
 
     envs: dict[str, str]
     mounts: tuple[mps.Mount, ...] = ()
+    cdi_devices: tuple[str, ...] = ()
 
 
 class PodSource(Protocol):
@@ -73,6 +75,8 @@ class BookAllocator:
     resource_name: str
     wait_s: float = 3.0
     kubelet: KubeletPods | None = None
+    # Read per Allocate: the toolkit may write or change the node's CDI spec at any time.
+    delivery: Callable[[], devicelist.Delivery] = devicelist.env_only
     book: matching.AllocationBook = field(default_factory=matching.AllocationBook, init=False)
     lock: threading.Lock = field(default_factory=threading.Lock, init=False)  # the book only, no waits
     _preferred: dict[frozenset[str], tuple[str, int]] = field(default_factory=dict, init=False)
@@ -143,6 +147,16 @@ class BookAllocator:
         what = self._amount(count)
         return f"gpushare: cannot allocate {what} of {self.resource_name} on node {self.node_name}: {why}"
 
+    def _handed_out(
+        self, match: matching.Match, delivery: devicelist.Delivery
+    ) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The matched container's env and CDI devices as this node hands GPUs out (core/node/devicelist.py);
+        devices.DeviceError for a GPU the node lacks, devicelist.UnnamedGpu for one no CDI spec names."""
+        env = matching.container_env(
+            match, self.state.gpus, self.state.granularity, self.isolation_disabled()
+        )
+        return delivery.hand_out(env, match.slot.gpus)
+
 
 def _no_mps() -> mps.MpsDirs | None:
     return None
@@ -200,11 +214,12 @@ class Allocator(BookAllocator):
         deadline = time.monotonic() + self.wait_s
         kubelet: matching.KubeletView | None = None
         asked = False
+        delivery = self.delivery()  # outside the lock: it may read the node's CDI folders
         while True:
             version, pods = self.pods.snapshot()
             with self.lock:
                 try:
-                    return self._answer(device_ids, split, pods, kubelet)
+                    return self._answer(device_ids, split, pods, kubelet, delivery)
                 except matching.NoMatch as err:
                     why = str(err)
             # Not found: ask the kubelet once, then wait for our watch (the kubelet's may be ahead),
@@ -223,6 +238,7 @@ class Allocator(BookAllocator):
         split: dict[int, int],
         pods: list[podviews.PodView],
         kubelet: matching.KubeletView | None,
+        delivery: devicelist.Delivery,
     ) -> Answer:
         count = len(device_ids)
         self.book.forget_except(p.uid for p in pods)
@@ -234,10 +250,8 @@ class Allocator(BookAllocator):
                 self.book.refuse(err.uid)
                 raise AllocateError(self._explain(count, str(err))) from None
         try:
-            env = matching.container_env(
-                match, self.state.gpus, self.state.granularity, self.isolation_disabled()
-            )
-        except devices.DeviceError as err:
+            env, cdi = self._handed_out(match, delivery)
+        except (devices.DeviceError, devicelist.UnnamedGpu) as err:
             self.book.refuse(match.pod.uid)
             raise AllocateError(self._explain(count, str(err))) from None
         dirs = self.mps_dirs()
@@ -260,4 +274,4 @@ class Allocator(BookAllocator):
         )
         if match.last:
             self.marker.mark(match.pod)
-        return Answer(env, mounts)
+        return Answer(env, mounts, cdi)

@@ -10,7 +10,7 @@ import logging
 import threading
 from http.server import ThreadingHTTPServer
 
-from webhook.core.node import cardviews, devices
+from webhook.core.node import cardviews, devicelist, devices
 from webhook.core.wire import resources
 from webhook.deviceplugin import (
     allocator,
@@ -26,7 +26,7 @@ from webhook.deviceplugin import (
     wholecards,
 )
 from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
-from webhook.gpus import health, inventory
+from webhook.gpus import health, inventory, toolkitspecs
 from webhook.kube import client, errors, rest, watch
 from webhook.serving import logs, probeserver, stopsignals
 from webhook.serving import server as http_server
@@ -82,6 +82,9 @@ class Plugin:
             )
         except errors.ApiError as err:  # a kubeconfig or in-cluster configuration that cannot be used
             raise StartError(err.message) from None
+        # How GPUs reach containers (env, CDI devices): logged, on /metrics and on the Node when it changes.
+        self.observe_delivery = toolkitspecs.delivery_gauge(self.metrics.registry)
+        self.specs = settings.delivery.specs(gpus, on_change=self._delivered)
         self.pods = podsource.PodStore()
         self.labels = node.NodeLabels()
         self.mode = nodemode.NodeMode(self.state, settings.force_mps, settings.mps_dirs())
@@ -102,6 +105,7 @@ class Plugin:
             wait_s=settings.allocate_wait_s,
             kubelet=self.kubelet_pods,
             mps_dirs=self.mode.mps_dirs,
+            delivery=self.specs.delivery,
         )
         # Whole cards: a second endpoint over the same GPUs, health, mode switch and reconciliation
         # (server.WHOLE_CARDS).
@@ -122,6 +126,7 @@ class Plugin:
             resource_name=settings.whole_card_resource,
             wait_s=settings.allocate_wait_s,
             kubelet=self.card_kubelet,
+            delivery=self.specs.delivery,
         )
         self.reconciler = (
             reconcile.Reconciler(
@@ -151,7 +156,9 @@ class Plugin:
             name=f"pods on {settings.node_name}",
         )
         self.node_watch = watch.one_node(self.api, settings.node_name, self._on_node_event)
-        self.publisher = node.NodePublisher(self.api, settings.node_name, self.state)
+        self.publisher = node.NodePublisher(
+            self.api, settings.node_name, self.state, device_list=lambda: self.specs.delivery().mode
+        )
         if settings.usage_interval_s:
             self.usage = usagewiring.build(
                 settings,
@@ -182,6 +189,12 @@ class Plugin:
             ),
         )
         self.http: ThreadingHTTPServer | None = None
+
+    def _delivered(self, delivery: devicelist.Delivery) -> None:
+        self.observe_delivery(delivery)
+        publisher = getattr(self, "publisher", None)  # None on the first decision, in __init__
+        if publisher is not None:
+            publisher.poke()
 
     def _on_pod_event(self, event: watch.WatchEvent) -> None:
         stores: list[podsource.PodStore | usagewiring.PodSharesStore] = [self.pods, self.card_pods]
@@ -225,6 +238,7 @@ class Plugin:
             self.marker.stop()  # nothing else was started
             self.api.close()  # type: ignore[no-untyped-call]
             raise StartError(str(err)) from None
+        self.specs.delivery()  # decided (and logged) before the first Allocate or Node publish
         self.pod_watch.start()
         self.node_watch.start()
         self.publisher.start()

@@ -56,10 +56,13 @@ class NodePublisher:
         api: kubernetes.client.ApiClient,
         node_name: str,
         state: DeviceState,
+        *,
         refresh_s: float = 300.0,
         retry_s: float = 2.0,
+        device_list: Callable[[], str] = lambda: "",
     ) -> None:
         self.api = api
+        self.device_list = device_list  # how GPUs reach containers; "" not published
         self.node_name = node_name
         self.state = state
         self.refresh_s = refresh_s
@@ -69,6 +72,10 @@ class NodePublisher:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="node-publisher", daemon=True)
         state.on_change(self._dirty.set)
+
+    def poke(self) -> None:
+        """Publish again soon (what the node hands out changed)."""
+        self._dirty.set()
 
     def start(self) -> NodePublisher:
         self._dirty.set()
@@ -94,12 +101,13 @@ class NodePublisher:
                 "allocatable": {resources.GPU_COUNT: str(healthy)},
             },
         )
-        # One PATCH for both: the devices annotation and the GPU type labels change together.
+        # One PATCH for all: the devices annotation and the GPU type labels change together.
+        notes = {resources.NODE_DEVICES_ANNOTATION: self.state.node_devices().to_json()}
+        device_list = self.device_list()
+        if device_list:
+            notes[resources.NODE_DEVICE_LIST_ANNOTATION] = device_list
         pods.patch_node_metadata(
-            self.api,
-            self.node_name,
-            annotations={resources.NODE_DEVICES_ANNOTATION: self.state.node_devices().to_json()},
-            labels=gpulabels.node_labels(self.state.gpus),
+            self.api, self.node_name, annotations=notes, labels=gpulabels.node_labels(self.state.gpus)
         )
         self.published += 1
 

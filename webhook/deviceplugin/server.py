@@ -182,7 +182,13 @@ class DevicePluginService(api_pb2_grpc.DevicePluginServicer):
                 api_pb2.Mount(container_path=m.container_path, host_path=m.host_path, read_only=m.read_only)
                 for m in answer.mounts
             ]
-            responses.append(api_pb2.ContainerAllocateResponse(envs=answer.envs, mounts=mounts))
+            responses.append(
+                api_pb2.ContainerAllocateResponse(
+                    envs=answer.envs,
+                    mounts=mounts,
+                    cdi_devices=[api_pb2.CDIDevice(name=name) for name in answer.cdi_devices],
+                )
+            )
         self.observer.allocated(self.allocator.resource_name, time.perf_counter() - started, True)
         self.after_allocate()
         return api_pb2.AllocateResponse(container_responses=responses)

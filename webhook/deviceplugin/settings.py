@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.core.node import devices, mps
 from webhook.core.placement import wholecards
 from webhook.core.wire import resources
+from webhook.gpus import toolkitspecs
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_ENDPOINT = "aliyun-gpushare.sock"
@@ -52,6 +53,8 @@ class DevicePluginSettings:
     overshare_grace_s: float = 60.0  # above its share this long before it counts as over-share
     overshare_event_interval_s: float = 600.0  # at most one Event per container this often
     overshare_evict: bool = False  # opt-in: evict pods over their share on nodes labelled share
+    # How GPUs reach containers: NVIDIA_VISIBLE_DEVICES and/or the toolkit's CDI devices (docs/cdi.md).
+    delivery: toolkitspecs.DeliverySettings = field(default_factory=toolkitspecs.DeliverySettings)
     log_level: str = "info"
     log_format: str = "json"
 
@@ -84,6 +87,10 @@ class DevicePluginSettings:
         if self.whole_card_resource == self.resource_name:
             raise SettingsError(f"--whole-card-resource must differ from {self.resource_name}")
         self._validate_usage()
+        try:
+            self.delivery.check()
+        except ValueError as err:
+            raise SettingsError(str(err)) from None
         self.granularity()
         return self
 

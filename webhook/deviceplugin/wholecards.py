@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.core.node import cardmatching, devices, matching, podviews
+from webhook.core.node import cardmatching, devicelist, devices, matching, podviews
 from webhook.core.wire import resources
 from webhook.deviceplugin import allocator
 
@@ -95,10 +95,8 @@ class CardAllocator(allocator.BookAllocator):
                     self.book.refuse(err.uid)
                 raise allocator.AllocateError(self._explain(count, str(err))) from None
         try:
-            env = matching.container_env(
-                match, self.state.gpus, self.state.granularity, self.isolation_disabled()
-            )
-        except devices.DeviceError as err:
+            env, cdi = self._handed_out(match, self.delivery())  # outside the lock: it may read files
+        except (devices.DeviceError, devicelist.UnnamedGpu) as err:
             with self.lock:
                 self.book.refuse(match.pod.uid)
             raise allocator.AllocateError(self._explain(count, str(err))) from None
@@ -123,7 +121,7 @@ class CardAllocator(allocator.BookAllocator):
         )
         if match.last:
             self.marker.mark(match.pod)
-        return allocator.Answer(env)
+        return allocator.Answer(env, cdi_devices=cdi)
 
     def _advised(
         self, ids: frozenset[str], count: int, pods: list[podviews.PodView]

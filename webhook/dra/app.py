@@ -20,7 +20,7 @@ from webhook.core.node import cdi
 from webhook.dra import checkpoint, healthstream, nodemode, preparer, publisher, registration, server
 from webhook.dra.cdispecs import SpecFiles
 from webhook.dra.settings import DraSettings, SettingsError
-from webhook.gpus import health, inventory
+from webhook.gpus import health, inventory, toolkitspecs
 from webhook.kube import client, draobjects, errors, watch
 from webhook.serving import logs, probeserver, stopsignals
 from webhook.serving import server as http_server
@@ -90,6 +90,10 @@ class Driver:
             raise StartError(err.message) from None
         self.stop_event = threading.Event()
         self.metrics = Metrics()
+        # How GPUs reach containers (env, CDI devices): logged and on /metrics when it changes.
+        self.toolkit = settings.delivery.specs(
+            gpus, on_change=toolkitspecs.delivery_gauge(self.metrics.registry)
+        )
         self.mode = nodemode.NodeMode(gpus, settings.force_mps, settings.mps_dirs())
         self.specs = SpecFiles(settings.cdi_dir, cdi.kind(settings.driver_name))
         self.preparer = preparer.Preparer(
@@ -101,6 +105,7 @@ class Driver:
             store=self.store,
             specs=self.specs,
             mps_dirs=self.mode.mps_dirs,
+            delivery=self.toolkit.delivery,
         )
         self.health_stream = healthstream.HealthStream(settings.node_name, gpus)
         self.server = registration.DriverServer(
@@ -180,6 +185,7 @@ class Driver:
                 f"cannot read node {self.settings.node_name} from the API server within "
                 f"{self.settings.api_timeout_s:g} s: {self.node_watch.last_error or 'no answer'}"
             )
+        self.toolkit.delivery()  # decided (and logged) before the first prepare
         self.publisher.start()
         self.slice_watch.start()
         self.health_thread = health.start(self.health, self.stop_event, self._health_changed)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from webhook.core.node import cdi, devices, drashares, mps
+from webhook.core.node import cdi, devicelist, devices, drashares, mps
 from webhook.dra import checkpoint
 from webhook.dra.cdispecs import SpecFiles
 from webhook.kube import errors
@@ -78,6 +78,8 @@ class Preparer:
     specs: SpecFiles
     # Read per prepare: the node's mode label may change at any time.
     mps_dirs: Callable[[], mps.MpsDirs | None] = _no_mps
+    # Read per prepare: whether GPUs reach containers as the toolkit's CDI devices (docs/cdi.md).
+    delivery: Callable[[], devicelist.Delivery] = devicelist.env_only
     _locks: KeyedLock = field(default_factory=KeyedLock, init=False)
 
     @property
@@ -139,18 +141,20 @@ class Preparer:
 
     def _prepared(self, uid: str, shares: drashares.ClaimShares) -> checkpoint.Prepared:
         kind = self.kind
+        delivery = self.delivery()
         try:
-            edits = drashares.edits(shares, self.gpus, self.granularity, self.mps_dirs())
+            edits = drashares.edits(shares, self.gpus, self.granularity, self.mps_dirs(), delivery)
             names = {request: cdi.device_name(uid, request) for request in edits}
             spec = cdi.spec(kind, {names[request]: found for request, found in edits.items()})
-        except cdi.CdiError as err:
+            toolkit = drashares.gpu_devices(shares, delivery)
+        except (cdi.CdiError, devicelist.UnnamedGpu) as err:
             raise PrepareError(f"ResourceClaim {shares.namespace}/{shares.name}: {err}") from None
         given: set[str] = set()
         answer = []
-        for share in shares.shares:
+        for share, gpu_ids in zip(shares.shares, toolkit, strict=True):
             first = share.request not in given
             given.add(share.request)
-            ids = (cdi.device_id(kind, names[share.request]),) if first else ()
+            ids = ((cdi.device_id(kind, names[share.request]),) if first else ()) + gpu_ids
             answer.append(checkpoint.Device((share.request,), self.node, share.device, ids, share.share_id))
         return checkpoint.Prepared(
             uid, shares.namespace, shares.name, tuple(answer), cdi.file_name(kind, uid), spec

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.core.node import devices, draslice, mps
+from webhook.gpus import toolkitspecs
 
 # The kubelet's defaults (pluginmanager watches <root-dir>/plugins_registry; plugins keep their sockets
 # in <root-dir>/plugins/<name>/ by convention).
@@ -43,6 +44,8 @@ class DraSettings:
     force_mps: bool = False
     mps_pipe_dir: str = mps.DEFAULT_PIPE_DIRECTORY
     mps_log_dir: str = mps.DEFAULT_LOG_DIRECTORY
+    # How GPUs reach containers: NVIDIA_VISIBLE_DEVICES and/or the toolkit's CDI devices (docs/cdi.md).
+    delivery: toolkitspecs.DeliverySettings = field(default_factory=toolkitspecs.DeliverySettings)
     log_level: str = "info"
     log_format: str = "json"
 
@@ -104,5 +107,9 @@ class DraSettings:
         for flag, value in (("--mps-pipe-dir", self.mps_pipe_dir), ("--mps-log-dir", self.mps_log_dir)):
             if not value.startswith("/") or ":" in value or "," in value:
                 raise SettingsError(f"{flag} {value!r} must be an absolute host path without ':' or ','")
+        try:
+            self.delivery.check()
+        except ValueError as err:
+            raise SettingsError(str(err)) from None
         self.granularity()
         return self

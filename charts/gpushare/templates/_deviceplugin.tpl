@@ -13,6 +13,7 @@
 {{- end }}
 - --whole-card-resource={{ .Values.gpuResources.wholeCard }}
 - --health-port={{ .Values.devicePlugin.healthPort }}
+{{- include "gpushare.cdi.args" . | nindent 0 }}
 {{- include "gpushare.simulatedGpus" . }}
 {{- with .Values.devicePlugin.mps }}
 {{- if .enabled }}

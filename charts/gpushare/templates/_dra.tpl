@@ -12,6 +12,7 @@
 - --plugins-dir={{ .Values.dra.pluginsDir }}
 - --cdi-dir={{ .Values.dra.cdiDir }}
 - --health-port={{ .Values.dra.healthPort }}
+{{- include "gpushare.cdi.args" . | nindent 0 }}
 {{- include "gpushare.simulatedGpus" . }}
 {{- with .Values.dra.mps }}
 {{- if .enabled }}

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.node import cdi, devices, draslice, gpuenv, mps
+from webhook.core.node import cdi, devicelist, devices, draslice, gpuenv, mps
 from webhook.core.wire import quantity
 
 _BYTES_PER_MIB = 1 << 20
@@ -131,18 +131,35 @@ def edits(
     gpus: Sequence[devices.Gpu],
     granularity: devices.Granularity,
     mps_dirs: mps.MpsDirs | None = None,
+    delivery: devicelist.Delivery | None = None,
 ) -> dict[str, cdi.Edits]:
     """{request: what a container naming it gets}: the gpushare env of its GPUs (the claim's whole
-    memory as the pod's), and on MPS nodes the per-GPU memory limit and the MPS folders."""
+    memory as the pod's), and on MPS nodes the per-GPU memory limit and the MPS folders; its
+    NVIDIA_VISIBLE_DEVICES as `delivery` hands GPUs out (default: by UUID); devicelist.UnnamedGpu."""
     out: dict[str, cdi.Edits] = {}
     for request, shares in claim.requests().items():
         held: dict[int, int] = {}
         for share in shares:
             held[share.gpu] = held.get(share.gpu, 0) + share.units
         env = gpuenv.container_env(gpus, held, claim.total, granularity)
+        if delivery is not None:
+            env, _ = delivery.hand_out(env, held)
         mounts: tuple[mps.Mount, ...] = ()
         if mps_dirs is not None:
             env.update(mps.container_env(held, granularity, None, mps_dirs))
             mounts = mps.mounts(mps_dirs)
         out[request] = cdi.Edits(env, mounts)
     return out
+
+
+def gpu_devices(claim: ClaimShares, delivery: devicelist.Delivery) -> tuple[tuple[str, ...], ...]:
+    """Per share, in the order of `claim.shares`: the toolkit's CDI device of its GPU when this node hands
+    GPUs out as CDI devices, each GPU once per request (the kubelet gives a container the IDs of every
+    result of the requests it names); devicelist.UnnamedGpu when a spec does not name one."""
+    given: set[tuple[str, int]] = set()
+    out: list[tuple[str, ...]] = []
+    for share in claim.shares:
+        key = (share.request, share.gpu)
+        out.append(() if key in given else delivery.cdi_devices([share.gpu]))
+        given.add(key)
+    return tuple(out)

@@ -54,6 +54,9 @@ ANN_ALLOCATION = "scheduler.framework.gpushare.allocation"
 # extender can account GPUs of different sizes and skip unhealthy ones; see
 # webhook/core/placement/annotations.py.
 NODE_DEVICES_ANNOTATION = "gpushare.aliyun.com/devices"
+# How the device plugin hands this node's GPUs to containers: envvar, cdi-cri or both
+# (webhook/core/node/devicelist.py); `gpushare inspect` shows it.
+NODE_DEVICE_LIST_ANNOTATION = "gpushare.aliyun.com/device-list"
 # Per-pod placement policy for prioritize: "binpack" (default) or "spread".
 PLACEMENT_POLICY_ANNOTATION = "gpushare.aliyun.com/placement-policy"
 
