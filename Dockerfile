@@ -1,5 +1,5 @@
 # One non-root image for every part: `gpushare webhook | extender | device-plugin | ensure-certs | check`.
-# Build: docker build -t ghcr.io/gpushare/gpushare-webhook:0.1.0 .
+# Build: docker build -t ghcr.io/gpushare/gpushare-webhook:0.2.0 .
 # scripts/image builds it with Debian's podman on a base of Debian's python3 (PYTHON_IMAGE), and
 # tests/e2e/test_image.py runs every entry point from it as the chart does.
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm

@@ -16,6 +16,7 @@ import pytest
 
 from tests.admission import samples
 from tests.admission.conftest import Webhook, start_webhook
+from tests.serving import scraped
 from webhook.admission import app, settings
 from webhook.core.admission import verdict
 from webhook.serving import tls
@@ -167,6 +168,10 @@ def test_probes_and_metrics_count_reviews_by_endpoint_and_verdict(fresh_webhook)
     assert 'gpushare_webhook_requests_total{endpoint="validate",verdict="bad_request"} 1.0' in text
     assert 'gpushare_webhook_request_duration_seconds_count{endpoint="validate"} 2.0' in text
     assert "gpushare_webhook_connections_opened_total 1.0" in text  # the client kept its one connection
+
+
+def test_metrics_name_the_release_and_the_python_that_serve_them(webhook):
+    assert scraped.build_info(webhook.client.get("/metrics").text) == scraped.THIS_BUILD
 
 
 def test_one_log_line_per_review_with_identifiers_and_never_the_object(webhook, caplog):

@@ -310,3 +310,15 @@ def test_claims_failure_policy_is_its_own_value() -> None:
     policies = {hook["name"].split(".")[0]: hook["failurePolicy"] for hook in hooks}
     assert policies["resourceclaims"] == policies["resourceclaimtemplates"] == "Fail"
     assert policies["pods"] == "Ignore"
+
+
+def test_webhook_and_extender_replicas_keep_serving_while_their_endpoint_goes() -> None:
+    for part in ("-webhook", "-extender"):
+        (container,) = render.find(render.render(), "Deployment", part)["spec"]["template"]["spec"][
+            "containers"
+        ]
+        assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}, part
+    off = render.render({"webhook": {"shutdownDelaySeconds": 0}, "extender": {"shutdownDelaySeconds": 0}})
+    for part in ("-webhook", "-extender"):
+        (container,) = render.find(off, "Deployment", part)["spec"]["template"]["spec"]["containers"]
+        assert "lifecycle" not in container, part

@@ -4,6 +4,9 @@ subcommand answers --help."""
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -49,9 +52,19 @@ def test_a_closed_pipe_exits_141_quietly(
     assert capsys.readouterr().err == ""
 
 
-def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main.main(["--version"]) == 0
-    assert capsys.readouterr().out.strip() == __version__
+@pytest.mark.parametrize("flag", ["--version", "version"])
+def test_version_prints_the_program_and_its_release_and_exits_0(
+    flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main.main([flag]) == 0
+    assert capsys.readouterr().out == f"gpushare {__version__}\n"
+
+
+def test_the_gpushare_command_prints_its_version() -> None:
+    # The installed entry point, as a user runs it.
+    gpushare = Path(sys.executable).with_name("gpushare")
+    done = subprocess.run([gpushare, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"gpushare {__version__}\n", "")
 
 
 def test_unknown_command_exits_2_with_usage(capsys: pytest.CaptureFixture[str]) -> None:

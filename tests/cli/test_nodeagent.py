@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from webhook.cli import nodeagent
+from webhook.cli import nodeagent, serve_device_plugin, serve_dra_driver
 
 
 class BadSetting(ValueError):
@@ -56,3 +58,21 @@ def test_exit_codes_and_messages(
         start_error=CannotStart,
     )
     assert (got, capsys.readouterr().err) == (code, message)
+
+
+@pytest.mark.parametrize(
+    "command", [serve_device_plugin, serve_dra_driver], ids=["device-plugin", "dra-driver"]
+)
+def test_how_gpus_reach_containers_comes_from_the_same_three_flags_for_both_agents(command: Any) -> None:
+    parser = command.build_parser()
+    default = command.settings_from_args(parser.parse_args([]), {"NODE_NAME": "n"}).delivery
+    assert (default.strategy, default.folders, default.kind) == (
+        "auto",
+        (Path("/etc/cdi"), Path("/var/run/cdi")),
+        "nvidia.com/gpu",
+    )
+    argv = ["--device-list-strategy", "cdi-cri", "--cdi-spec-dirs", "/a, /b", "--cdi-kind", "x.com/gpu"]
+    found = command.settings_from_args(parser.parse_args(argv), {"NODE_NAME": "n"}).delivery
+    assert (found.strategy, found.folders, found.kind) == ("cdi-cri", (Path("/a"), Path("/b")), "x.com/gpu")
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--device-list-strategy", "cdi"])

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.admission import samples
+from webhook import __version__
 from webhook.cli import main as cli_main
 from webhook.cli import serve_webhook
 from webhook.core.pki import certificates
@@ -172,6 +173,7 @@ def test_the_process_generates_certificates_serves_https_and_stops_on_sigterm(tm
     try:
         serving = read_serving_line(proc, lines)
         assert (serving["cert"], serving["key"]) == (str(cert_dir / "tls.crt"), str(cert_dir / "tls.key"))
+        assert serving["version"] == __version__  # the one startup line says which release
         url = serving["url"].replace("127.0.0.1", "localhost")
         cert = (cert_dir / "tls.crt").read_bytes()
         assert certificates.dns_sans(cert) == ["localhost", "gpushare-webhook.gpushare.svc"]

@@ -217,6 +217,10 @@ def test_jobs_are_admitted_within_quota_borrow_and_are_reclaimed_as_kueue_docume
     assert "created" in work.apply(_job(work, "team-a", "borrower", 8))
     _until_admitted(chart, "team-a", "borrower")
     wait("borrower's pod running", lambda: _running(chart, "team-a", "borrower"), 180)
+
+    # Kueue writes a ClusterQueue's usage after it admits, not with the admission: a loaded CI machine read
+    # 12 here a second after both pods ran.
+    wait("team-a's usage of 20 GiB", lambda: _usage(chart, "team-a", "gpu-share", GPU_MEM) == "20", 60)
     queue = _get(chart, "clusterqueues", "team-a", group=KUEUE)
     share = next(f for f in queue["status"]["flavorsUsage"] if f["name"] == "gpu-share")
     usage = {r["name"]: r for r in share["resources"]}

@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.deviceplugin.conftest import short_dir
+from tests.serving import scraped
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port, http_status
+from webhook import __version__
 from webhook.cli import serve_device_plugin
 from webhook.core.wire import resources
 from webhook.deviceplugin import app
@@ -179,30 +180,18 @@ def test_device_plugin_command_registers_serves_probes_and_stops_on_sigterm(apis
         healthz = f"http://127.0.0.1:{port}/healthz"
         apiserver.wait_for(lambda: http_status(healthz) == 200, timeout=10, what="/healthz")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-            assert b"gpushare_device_plugin_list_bytes" in reply.read()
+            scrape = reply.read()
+        assert b"gpushare_device_plugin_list_bytes" in scrape
+        assert scraped.build_info(scrape) == scraped.THIS_BUILD
         # The kubelet probes the pod's IP, IPv6 in IPv6-only clusters.
         with urllib.request.urlopen(f"http://[::1]:{port}/healthz", timeout=2) as reply:
             assert reply.status == 200
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
         assert proc.returncode == 0, err
+        assert f"gpushare {__version__}: device plugin for aliyun.com/gpu-mem running on node n1" in err
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
         kubelet.stop()
-
-
-def test_how_gpus_reach_containers_comes_from_three_flags():
-    parser = serve_device_plugin.build_parser()
-    default = serve_device_plugin.settings_from_args(parser.parse_args([]), {"NODE_NAME": "n"}).delivery
-    assert (default.strategy, default.folders, default.kind) == (
-        "auto",
-        (Path("/etc/cdi"), Path("/var/run/cdi")),
-        "nvidia.com/gpu",
-    )
-    argv = ["--device-list-strategy", "cdi-cri", "--cdi-spec-dirs", "/a, /b", "--cdi-kind", "x.com/gpu"]
-    found = serve_device_plugin.settings_from_args(parser.parse_args(argv), {"NODE_NAME": "n"}).delivery
-    assert (found.strategy, found.folders, found.kind) == ("cdi-cri", (Path("/a"), Path("/b")), "x.com/gpu")
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--device-list-strategy", "cdi"])

@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from tests.dra import kubelet
+from tests.serving import scraped
 from tests.standins.loopback import free_port, http_status
+from webhook import __version__
 from webhook.cli import serve_dra_driver
 from webhook.core.placement import modes
 
@@ -107,27 +108,15 @@ def test_the_command_publishes_registers_serves_probes_and_stops_on_sigterm(apis
         healthz = f"http://127.0.0.1:{port}/healthz"
         apiserver.wait_for(lambda: http_status(healthz) == 200, timeout=10, what="/healthz")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as reply:
-            assert b'gpushare_dra_claims_total{call="prepare",result="ok"}' in reply.read()
+            scrape = reply.read()
+        assert b'gpushare_dra_claims_total{call="prepare",result="ok"}' in scrape
+        assert scraped.build_info(scrape) == scraped.THIS_BUILD
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
         assert proc.returncode == 0, err
+        assert f"gpushare {__version__}: DRA driver gpushare.aliyun.com running on node n1" in err
         assert not registration.exists()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-
-
-def test_how_gpus_reach_containers_comes_from_three_flags():
-    parser = serve_dra_driver.build_parser()
-    default = serve_dra_driver.settings_from_args(parser.parse_args([]), {"NODE_NAME": "n"}).delivery
-    assert (default.strategy, default.folders, default.kind) == (
-        "auto",
-        (Path("/etc/cdi"), Path("/var/run/cdi")),
-        "nvidia.com/gpu",
-    )
-    argv = ["--device-list-strategy", "cdi-cri", "--cdi-spec-dirs", "/a, /b", "--cdi-kind", "x.com/gpu"]
-    found = serve_dra_driver.settings_from_args(parser.parse_args(argv), {"NODE_NAME": "n"}).delivery
-    assert (found.strategy, found.folders, found.kind) == ("cdi-cri", (Path("/a"), Path("/b")), "x.com/gpu")
-    with pytest.raises(SystemExit):
-        parser.parse_args(["--device-list-strategy", "cdi"])

@@ -9,11 +9,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
 import pytest
 
 from tests.dra import kubelet
 from tests.dra.conftest import DRIVER, NODE, claim, result
 from tests.gpus.stoporder import StopOrder
+from tests.serving import scraped
 from webhook.core.node import cdi, draslice, mps
 from webhook.core.placement import modes
 from webhook.core.wire import resources
@@ -127,6 +129,11 @@ def test_an_unhealthy_gpu_and_a_mode_change_change_the_slice(apiserver, start, s
     apiserver.wait_for(lambda: _devices(apiserver) == ["gpu-0"], what="GPU 1 gone", timeout=10)
     apiserver.edit("nodes", NODE, {"metadata": {"labels": {modes.MODE_LABEL: "share"}}})
     apiserver.wait_for(lambda: _devices(apiserver) == [], what="no devices", timeout=10)
+
+
+def test_the_driver_metrics_name_the_release_and_the_python_that_serve_them(start):
+    scrape = prometheus_client.generate_latest(start().metrics.registry)
+    assert scraped.build_info(scrape) == scraped.THIS_BUILD
 
 
 def test_a_second_instance_fails_to_start_naming_the_first(start):

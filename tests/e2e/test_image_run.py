@@ -273,6 +273,9 @@ def test_the_device_plugin_registers_from_the_image(
         "device-plugins": plugin_dir,
         "pod-resources": podrun.files(tmp_path / "pod-resources", {}),
         "host-proc": Path("/proc"),
+        # The node's CDI spec folders (/etc/cdi, /var/run/cdi): empty here, so GPUs go out as env.
+        "cdi-spec-0": podrun.files(tmp_path / "etc-cdi", {}),
+        "cdi-spec-1": podrun.files(tmp_path / "run-cdi", {}),
     }
     health = free_port()
     args = [*_args(container, health_port=str(health)), "--fake-gpus", "0:16,1:16"]

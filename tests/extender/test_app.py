@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.extender.factory import FakeApi, OnLoop, node, pod
+from tests.serving import scraped
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
@@ -215,6 +216,10 @@ def test_probes_version_and_metrics(harness):
     text = harness.client.get("/metrics").text
     assert 'gpushare_extender_requests_total{endpoint="filter",outcome="ok"} 1.0' in text
     assert "gpushare_extender_leader 1.0" in text
+
+
+def test_metrics_name_the_release_and_the_python_that_serve_them(harness):
+    assert scraped.build_info(harness.client.get("/metrics").text) == scraped.THIS_BUILD
 
 
 def test_wrong_method_is_405(harness):

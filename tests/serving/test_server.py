@@ -19,6 +19,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from tests.serving import handshakes
+from webhook import __version__
 from webhook.serving import metrics, probes, server, tls
 
 
@@ -120,7 +121,7 @@ def serving_fields(caplog: pytest.LogCaptureFixture) -> dict[str, str]:
     return dict(record.fields)  # type: ignore[attr-defined]
 
 
-def test_the_serving_line_names_the_absolute_certificate_and_key_not_their_contents(
+def test_the_serving_line_names_the_release_and_the_absolute_certificate_and_key_not_their_contents(
     cert_dir, tmp_path, monkeypatch, caplog
 ):
     monkeypatch.chdir(tmp_path)  # certificates already there, named relative to the working folder
@@ -131,6 +132,7 @@ def test_the_serving_line_names_the_absolute_certificate_and_key_not_their_conte
         fields = serving_fields(caplog)
     assert fields == {
         "url": f"https://127.0.0.1:{srv.port}",
+        "version": __version__,
         "cert": str(cert_dir.serving.cert),
         "key": str(cert_dir.serving.key),
     }
@@ -142,7 +144,7 @@ def test_an_ipv6_host_is_bracketed_in_the_serving_url(caplog):
     readiness, registry = probes.Readiness(), CollectorRegistry()
     ipv6 = server.ServeOptions(host="::", port=0, graceful_shutdown_s=1)
     with server.AppServer(make_app(readiness, registry), ipv6, readiness) as srv:
-        assert serving_fields(caplog) == {"url": f"http://[::]:{srv.port}"}
+        assert serving_fields(caplog) == {"url": f"http://[::]:{srv.port}", "version": __version__}
         assert srv.url == f"http://[::1]:{srv.port}"
         assert httpx.get(srv.url + "/").text == "hello"
 

@@ -24,7 +24,7 @@ from webhook.admission import review
 from webhook.admission.settings import AdmissionSettings
 from webhook.core.pki import certificates
 from webhook.serving import body as body_limit
-from webhook.serving import fastpath, jsonbody, logs, metrics, probes, server, tls
+from webhook.serving import buildinfo, fastpath, jsonbody, logs, metrics, probes, server, tls
 
 log = logging.getLogger("webhook.admission")
 
@@ -100,6 +100,7 @@ def create_app(
     readiness = readiness or probes.Readiness()
     registry = registry or CollectorRegistry()
     stats = metrics.RequestMetrics(registry, METRICS_NAMESPACE, outcome_label="verdict")
+    buildinfo.register(registry)
     policy = review.Policy(rules=settings.policy, excluded_namespaces=settings.excluded_namespaces)
     limit = settings.max_body_bytes
     endpoints = {

@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from webhook.cli import exitcodes, helpformat
+from webhook.cli import exitcodes, helpformat, progname
 from webhook.core.pki import certificates
 from webhook.serving import tls
 
@@ -46,7 +46,7 @@ def days(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare certs",
+        prog=progname.command("certs"),
         description="Write a development CA and a serving certificate for the webhook "
         "(tls.crt, tls.key, ca.crt, ca.key; keys mode 0600).",
         formatter_class=helpformat.DefaultsFormatter,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from webhook.admission import settings as admission_settings
-from webhook.cli import flagtypes, manifests, progress, report
+from webhook.cli import flagtypes, manifests, progname, progress, report
 from webhook.core.admission import quotas, verdict
 from webhook.core.specs import templates
 
@@ -39,7 +39,7 @@ class CheckSettings:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpushare check",
+        prog=progname.command("check"),
         description=(
             "Check Kubernetes manifests with the admission webhook's GPU rules, offline. "
             "Exit status: 0 clean, 1 violations, 2 unreadable input."

@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from webhook.cli import exitcodes, helpformat
+from webhook.cli import exitcodes, helpformat, progname
 from webhook.devcluster import demo
 from webhook.devcluster.process import ProcessError
 from webhook.kube import errors
@@ -17,7 +17,7 @@ from webhook.kube import errors
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare demo",
+        prog=progname.command("demo"),
         formatter_class=helpformat.DefaultsFormatter,
         description="A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
         "and kube-scheduler when `bash scripts/kube-bins` built them (else the API stand-in); as root with "

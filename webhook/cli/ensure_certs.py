@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from webhook.cli import exitcodes, helpformat
+from webhook.cli import exitcodes, helpformat, progname
 from webhook.core.pki import certificates
 from webhook.kube import certsync
 from webhook.kube import client as kube_client
@@ -34,7 +34,7 @@ def api_client(kubeconfig: str | None, server: str | None) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare ensure-certs",
+        prog=progname.command("ensure-certs"),
         description="In-cluster: keep the webhook's TLS Secret (tls.crt, tls.key, ca.crt) valid and its CA "
         "in the caBundle of the named webhook configurations. Safe to run again and concurrently.",
         formatter_class=helpformat.DefaultsFormatter,

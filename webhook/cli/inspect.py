@@ -18,7 +18,7 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, inspect_usage
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, inspect_usage, progname
 from webhook.cli import inspect_namespaces as namespaces
 from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
@@ -49,7 +49,7 @@ PAGE_SIZE = 500
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="gpushare inspect",
+        prog=progname.command("inspect"),
         description="Show allocated/total GPU memory per node and per GPU, and the cluster total.",
         epilog="Exit status: 0 shown, 1 the cluster or extender could not be read, 2 bad arguments or "
         "kubeconfig, 130 interrupted.",

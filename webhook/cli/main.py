@@ -3,7 +3,8 @@
 Each subcommand lives in its own module with `build_parser()` and `main(argv) -> int`; it is imported
 only when asked for, so `gpushare check` starts without loading the servers' frameworks. Whatever the
 command, Ctrl-C ends it with exit 130 and a closed pipe with 141, neither with a traceback
-(`webhook.cli.exitcodes`).
+(`webhook.cli.exitcodes`). Run as the kubectl plugin (`webhook.cli.kubectlplugin`), the usage says
+`kubectl gpushare` (`webhook.cli.progname`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.cli import exitcodes
+from webhook.cli import exitcodes, progname
 
 # subcommand -> (module under webhook.cli, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -31,10 +32,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def version() -> str:
+    """`gpushare X.Y.Z`: what `--version` prints, whatever name the program was started under."""
+    return f"gpushare {__version__}"
+
+
 def usage() -> str:
-    lines = [f"gpushare {__version__}", "", "usage: gpushare <command> [options]", "", "commands:"]
+    prog = progname.program()
+    lines = [version(), "", f"usage: {prog} <command> [options]", "", "commands:"]
     lines += [f"  {name:<14} {summary}" for name, (_, summary) in COMMANDS.items()]
-    lines += ["", "Run 'gpushare <command> --help' for the options of a command."]
+    lines += ["", f"Run '{prog} <command> --help' for the options of a command."]
     return "\n".join(lines)
 
 
@@ -47,18 +54,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return exitcodes.OK
     if args[0] in ("--version", "version"):
-        print(__version__)
+        print(version())
         return exitcodes.OK
     command = COMMANDS.get(args[0])
     if command is None:
-        print(f"gpushare: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
+        print(f"{progname.program()}: unknown command {args[0]!r}\n\n{usage()}", file=sys.stderr)
         return exitcodes.USAGE
     try:
         module = importlib.import_module(f"webhook.cli.{command[0]}")
         result: int = module.main(args[1:])
     except KeyboardInterrupt:
         # On a terminal the shell has echoed "^C": start the message on a line of its own.
-        print(f"{_newline_on_terminal()}gpushare {args[0]}: interrupted", file=sys.stderr)
+        print(f"{_newline_on_terminal()}{progname.command(args[0])}: interrupted", file=sys.stderr)
         return exitcodes.INTERRUPTED
     except BrokenPipeError:
         _drop_stdout()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from webhook.cli import helpformat, nodeagent
+from webhook.cli import helpformat, nodeagent, progname
 from webhook.core.node import devices
 from webhook.core.wire import resources
 from webhook.deviceplugin import app
@@ -17,7 +17,7 @@ from webhook.deviceplugin import settings as dp_settings
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare device-plugin",
+        prog=progname.command("device-plugin"),
         formatter_class=helpformat.DefaultsFormatter,
         description="Serve the kubelet device plugin for aliyun.com/gpu-mem on this node "
         "(node name from NODE_NAME).",

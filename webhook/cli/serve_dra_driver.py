@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from webhook.cli import helpformat, nodeagent
+from webhook.cli import helpformat, nodeagent, progname
 from webhook.core.node import draslice
 from webhook.dra import app
 from webhook.dra import settings as dra_settings
@@ -16,7 +16,7 @@ from webhook.dra import settings as dra_settings
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare dra-driver",
+        prog=progname.command("dra-driver"),
         formatter_class=helpformat.DefaultsFormatter,
         description="Serve the kubelet DRA driver that publishes this node's GPUs for GPU-memory shares "
         "allocated by kube-scheduler (node name from NODE_NAME).",

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from webhook.cli import api_errors, exitcodes, flagtypes, helpformat
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, progname
 from webhook.core.placement import allocator, wholecards
 from webhook.core.wire import resources
 from webhook.extender import service
@@ -22,7 +22,7 @@ from webhook.serving import logs
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpushare extender",
+        prog=progname.command("extender"),
         description="Serve the kube-scheduler extender.",
         formatter_class=helpformat.DefaultsFormatter,
     )

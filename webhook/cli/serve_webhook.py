@@ -12,7 +12,7 @@ from pathlib import Path
 
 from webhook.admission import app
 from webhook.admission import settings as admission_settings
-from webhook.cli import exitcodes
+from webhook.cli import exitcodes, progname
 from webhook.serving import server, tls
 
 # flag dest -> config file key: a flag given on the command line replaces that key of the file.
@@ -35,7 +35,7 @@ FLAG_KEYS: dict[str, str] = {
 def build_parser() -> argparse.ArgumentParser:
     d = admission_settings.AdmissionSettings()  # the defaults a flag left out (and absent from --config) gets
     p = argparse.ArgumentParser(
-        prog="gpushare webhook",
+        prog=progname.command("webhook"),
         description="Serve the admission webhook over HTTPS: POST /mutate, POST /validate, "
         "GET /healthz, /readyz, /metrics.",
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from webhook.devcluster import binaries, clusterdns, helm, nodenet
+from webhook.devcluster import binaries, clusterdns, nodenet, scripts
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.devcluster.node import RuntimeNode
 from webhook.devcluster.nodenet import NodeNamespaces
@@ -47,18 +47,7 @@ def unavailable(kube_bins: Path | None, runtime_bins: Path | None) -> str | None
 def build_images(timeout: float = 1800) -> Path:
     """scripts/node-images: every image the node runs, built here from pinned binaries and this
     checkout; the folder of their archives."""
-    done = subprocess.run(
-        ["bash", str(helm.ROOT / "scripts" / "node-images")],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"scripts/node-images failed (exit {done.returncode}):\n{done.stderr[-3000:]}{done.stdout[-500:]}"
-        )
-    return Path(done.stdout.strip().splitlines()[-1])
+    return Path(scripts.last_line("node-images", timeout=timeout))
 
 
 def image_names(images: Path) -> dict[str, str]:

@@ -46,6 +46,18 @@ class Containerd:
     def endpoint(self) -> str:
         return f"unix://{self.socket}"
 
+    @property
+    def registry_hosts(self) -> Path:
+        """containerd's registry config folder: one `<host:port>/hosts.toml` per registry it may pull from,
+        read at each pull."""
+        return self.root / "certs.d"
+
+    def trust_registry(self, address: str, hosts_toml: str) -> None:
+        """Pull from the registry at `address` (host:port) as `hosts_toml` says (plain HTTP for the bed's)."""
+        folder = self.registry_hosts / address
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(hosts_toml)
+
     def config(self) -> str:
         runc = shutil.which("runc") or "runc"
         return f"""version = 3
@@ -59,6 +71,8 @@ state = "{self.root / "state"}"
   snapshotter = "overlayfs"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{self.sandbox_image}"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{self.registry_hosts}"
 
 [plugins.'io.containerd.cri.v1.runtime']
   netns_mounts_under_state_dir = true

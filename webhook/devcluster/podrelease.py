@@ -25,12 +25,36 @@ FULLNAME = release.FULLNAME
 FAKE_GPUS = ",".join(f"{i}:16:Tesla V100-SXM2-16GB:7.0" for i in range(3))
 
 
-def values(names: Mapping[str, str], fake_gpus: str = FAKE_GPUS, **overrides: Any) -> Obj:
-    """The values of the install: the images of scripts/node-images and simulated GPUs, then `overrides`."""
+@dataclass(frozen=True, slots=True)
+class ChartSource:
+    """Where Helm takes the chart from: this checkout's folder (the default, with the image that
+    scripts/node-images imported), or a release in an OCI registry, whose chart names its own image."""
+
+    ref: str = str(helm.CHART)  # a folder, or oci://<registry>/gpushare
+    version: str = ""  # an oci:// chart's --version
+    plain_http: bool = False  # the registry speaks HTTP (the bed's)
+
+    @property
+    def released(self) -> bool:
+        return self.ref.startswith("oci://")
+
+    def args(self) -> list[str]:
+        return [
+            self.ref,
+            *(["--version", self.version] if self.version else []),
+            *(["--plain-http"] if self.plain_http else []),
+        ]
+
+
+def values(
+    names: Mapping[str, str], fake_gpus: str = FAKE_GPUS, own_image: bool = False, **overrides: Any
+) -> Obj:
+    """The values of the install: the images of scripts/node-images (ours only unless `own_image`, a
+    release's chart naming the image it was released with) and simulated GPUs, then `overrides`."""
     repository, tag = names["gpushare"].rsplit(":", 1)
     scheduler, scheduler_tag = names["kube-scheduler"].rsplit(":", 1)
     base: Obj = {
-        "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
+        "image": {} if own_image else {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "scheduler": {
             "mode": "second",
             "image": {"repository": scheduler, "tag": scheduler_tag, "pullPolicy": "Never"},
@@ -46,6 +70,7 @@ class PodRelease:
     cluster: Cluster
     root: Path
     revisions: list[int] = field(default_factory=list)
+    source: ChartSource = field(default_factory=ChartSource)
     _release: release.Release | None = None
 
     @property
@@ -63,18 +88,19 @@ class PodRelease:
     def _values_file(self, overrides: Mapping[str, Any]) -> Path:
         path = self.root / f"values-{len(self.revisions) + 1}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(values(self.cluster.names, **overrides)))
+        found = values(self.cluster.names, own_image=self.source.released, **overrides)
+        path.write_text(json.dumps(found))
         return path
 
     def install(self, major: int = 3, timeout: float = 300, **overrides: Any) -> None:
         """helm install, waiting (as a user's --wait does) until every Deployment, DaemonSet and Job of
         the release is ready through its pods' own probes."""
-        args = ["install", RELEASE, str(helm.CHART), "--namespace", NAMESPACE, "--create-namespace"]
+        args = ["install", RELEASE, *self.source.args(), "--namespace", NAMESPACE, "--create-namespace"]
         self.helm(*args, *self._wait(timeout), "--values", str(self._values_file(overrides)), major=major)
         self.revisions.append(1)
 
     def upgrade(self, major: int = 3, timeout: float = 300, **overrides: Any) -> None:
-        args = ["upgrade", RELEASE, str(helm.CHART), "--namespace", NAMESPACE]
+        args = ["upgrade", RELEASE, *self.source.args(), "--namespace", NAMESPACE]
         self.helm(*args, *self._wait(timeout), "--values", str(self._values_file(overrides)), major=major)
         self.revisions.append(self.revisions[-1] + 1 if self.revisions else 1)
 

@@ -10,6 +10,7 @@ import logging
 import threading
 from http.server import ThreadingHTTPServer
 
+from webhook import __version__
 from webhook.core.node import cardviews, devicelist, devices
 from webhook.core.wire import resources
 from webhook.deviceplugin import (
@@ -309,7 +310,12 @@ def run(settings: DevicePluginSettings) -> int:
     except OSError as err:
         raise StartError(f"cannot serve: {err}") from None
     stop = stopsignals.event()
-    log.info("device plugin for %s running on node %s", settings.resource_name, settings.node_name)
+    log.info(
+        "gpushare %s: device plugin for %s running on node %s",
+        __version__,
+        settings.resource_name,
+        settings.node_name,
+    )
     stop.wait()
     plugin.stop()
     return 0

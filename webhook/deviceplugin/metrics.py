@@ -1,7 +1,8 @@
-"""The device plugin's /metrics: Allocate and reconciliation counts by `resource` (both endpoints share
-them), the usage poll's count and cost, over-share Events and evictions, and the usage series
-(deviceplugin/usagemetrics.py). Those are rendered once per poll, on the poller's thread, and appended at
-each scrape: 8 GPUs and 100 containers are ~500 series, 4 ms to format, which a scrape then never pays."""
+"""The device plugin's /metrics: the build it runs (`gpushare_build_info`), Allocate and reconciliation
+counts by `resource` (both endpoints share them), the usage poll's count and cost, over-share Events and
+evictions, and the usage series (deviceplugin/usagemetrics.py). Those are rendered once per poll, on the
+poller's thread, and appended at each scrape: 8 GPUs and 100 containers are ~500 series, 4 ms to format,
+which a scrape then never pays."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import prometheus_client
 
 from webhook.core.usage import usage
 from webhook.deviceplugin import overshareactions, server, usagemetrics, usagepoller
-from webhook.serving import probeserver
+from webhook.serving import buildinfo, probeserver
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -17,6 +18,7 @@ TEXT = "text/plain; version=0.0.4; charset=utf-8"
 class Metrics(server.Observer, usagepoller.Observer, overshareactions.Observer):
     def __init__(self, resource_names: tuple[str, ...]) -> None:
         self.registry = prometheus_client.CollectorRegistry()
+        buildinfo.register(self.registry)
         self._usage_text = b""  # the latest report's series, rendered by `reported`
         self.allocations = prometheus_client.Counter(
             "gpushare_device_plugin_allocations",

@@ -16,13 +16,14 @@ import grpc
 import kubernetes.client
 import prometheus_client
 
+from webhook import __version__
 from webhook.core.node import cdi
 from webhook.dra import checkpoint, healthstream, nodemode, preparer, publisher, registration, server
 from webhook.dra.cdispecs import SpecFiles
 from webhook.dra.settings import DraSettings, SettingsError
 from webhook.gpus import health, inventory, toolkitspecs
 from webhook.kube import client, draobjects, errors, watch
-from webhook.serving import logs, probeserver, stopsignals
+from webhook.serving import buildinfo, logs, probeserver, stopsignals
 from webhook.serving import server as http_server
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class StartError(Exception):
 class Metrics(server.Observer):
     def __init__(self) -> None:
         self.registry = prometheus_client.CollectorRegistry()
+        buildinfo.register(self.registry)
         self.claims = prometheus_client.Counter(
             "gpushare_dra_claims",
             "Claims asked by the kubelet, by call and result",
@@ -222,7 +224,9 @@ def run(settings: DraSettings) -> int:
     except OSError as err:
         raise StartError(f"cannot serve: {err}") from None
     stop = stopsignals.event()
-    log.info("DRA driver %s running on node %s", settings.driver_name, settings.node_name)
+    log.info(
+        "gpushare %s: DRA driver %s running on node %s", __version__, settings.driver_name, settings.node_name
+    )
     stop.wait()
     driver.stop()
     return 0

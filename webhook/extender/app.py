@@ -37,7 +37,7 @@ from webhook.extender.verbs import (
     not_an_allowed_client,
 )
 from webhook.kube import asyncdirect
-from webhook.serving import fastpath, metrics, probes
+from webhook.serving import buildinfo, fastpath, metrics, probes
 
 __all__ = [
     "METRICS_NAMESPACE",
@@ -120,6 +120,7 @@ def build_app(
     lifespan: Callable[[Starlette], AbstractAsyncContextManager[None]] | None = None,
 ) -> Starlette:
     request_metrics = metrics.RequestMetrics(ext.registry, METRICS_NAMESPACE)
+    buildinfo.register(ext.registry)
     leader_gauge = Gauge(
         "leader", "1 when this replica binds.", namespace=METRICS_NAMESPACE, registry=ext.registry
     )

@@ -32,6 +32,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp
 
+from webhook import __version__
 from webhook.serving import probes, protocol, tls
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,9 @@ class BackgroundServer:
     def _announce_serving(self, **extra: str) -> None:
         """Ready, the "serving" log line (with `extra` fields), then `start()` may return."""
         self.readiness.set_serving(True)
-        fields = {"url": f"{self.scheme}://{_address(self.options.host, self.port)}", **extra}
+        # The webhook's and the extender's one startup line: where, and which release.
+        fields = {"url": f"{self.scheme}://{_address(self.options.host, self.port)}", "version": __version__}
+        fields.update(extra)
         if self.options.tls is not None:
             # Which files are served (absolute: the working folder is not in the log), never what is in them.
             fields["cert"] = str(self.options.tls.cert.absolute())
