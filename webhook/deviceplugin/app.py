@@ -193,9 +193,7 @@ class Plugin:
 
     def _delivered(self, delivery: devicelist.Delivery) -> None:
         self.observe_delivery(delivery)
-        publisher = getattr(self, "publisher", None)  # None on the first decision, in __init__
-        if publisher is not None:
-            publisher.poke()
+        self.publisher.poke()  # the first decision comes in start(), the publisher made by then
 
     def _on_pod_event(self, event: watch.WatchEvent) -> None:
         stores: list[podsource.PodStore | usagewiring.PodSharesStore] = [self.pods, self.card_pods]

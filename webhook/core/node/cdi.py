@@ -23,9 +23,10 @@ from webhook.core.node import mps
 # Env and mounts are in every version from 0.3.0; 0.5.0 is what containerd 1.7 and CRI-O 1.28 read.
 CDI_VERSION = "0.5.0"
 DEVICE_CLASS = "gpu"
-# The CDI spec's name rules (tags.cncf.io/container-device-interface/pkg/parser).
-_VENDOR = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
+# The CDI spec's name rules (tags.cncf.io/container-device-interface/pkg/parser): a kind's vendor and class
+# share one rule, a device name has its own. Ours and the toolkit's specs (core/node/cdidevices.py) alike.
+QUALIFIER = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
+DEVICE_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
 
 class CdiError(ValueError):
@@ -42,7 +43,7 @@ class Edits:
 
 def kind(driver: str) -> str:
     """`<driver>/gpu`: the driver name is the CDI vendor."""
-    if not _VENDOR.match(driver):
+    if not QUALIFIER.match(driver):
         raise CdiError(f"{driver!r} cannot be a CDI vendor name")
     return f"{driver}/{DEVICE_CLASS}"
 
@@ -50,7 +51,7 @@ def kind(driver: str) -> str:
 def device_name(claim_uid: str, request: str) -> str:
     """One CDI device per claim request: `<claim UID>-<request>`."""
     name = f"{claim_uid}-{request}"
-    if not _NAME.match(name):
+    if not DEVICE_NAME.match(name):
         raise CdiError(f"CDI device name {name!r} is not letters, digits, '_', '.', ':' and '-'")
     return name
 

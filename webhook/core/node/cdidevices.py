@@ -19,15 +19,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.core.node import devices
+from webhook.core.node import cdi, devices
 
 NVIDIA_KIND = "nvidia.com/gpu"
 DEFAULT_FOLDERS = ("/etc/cdi", "/var/run/cdi")
-# The CDI spec's grammar (tags.cncf.io/container-device-interface/pkg/parser): vendor a DNS-like name,
-# class and device name letters, digits and a few separators.
-_VENDOR = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_CLASS = re.compile(r"^[A-Za-z]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
-_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
 
@@ -55,14 +50,11 @@ class Catalog:
     folders: tuple[str, ...]
     warnings: tuple[str, ...] = ()
 
-    def device_id(self, name: str) -> str:
-        return f"{self.kind}={name}"
-
 
 def check_kind(kind: str) -> str:
     """`kind` itself when it is `<vendor>/<class>`; SpecError otherwise (a flag's value)."""
     vendor, _, cls = kind.partition("/")
-    if not (_VENDOR.match(vendor) and _CLASS.match(cls)):
+    if not (cdi.QUALIFIER.match(vendor) and cdi.QUALIFIER.match(cls)):
         raise SpecError(f"{kind!r} is not a CDI kind <vendor>/<class>, e.g. {NVIDIA_KIND}")
     return kind
 
@@ -87,7 +79,7 @@ def spec_devices(document: object) -> tuple[str, tuple[str, ...]]:
         if not isinstance(device, Mapping):
             raise SpecError(f"devices[{number}] is not an object")
         name = device.get("name")
-        if not isinstance(name, str) or not _NAME.match(name):
+        if not isinstance(name, str) or not cdi.DEVICE_NAME.match(name):
             raise SpecError(f"devices[{number}].name {name!r} is not a CDI device name")
         if not isinstance(device.get("containerEdits"), Mapping):
             raise SpecError(f"device {name!r} has no containerEdits object")
@@ -140,4 +132,4 @@ def gpu_name(catalog: Catalog, gpu: devices.Gpu) -> str | None:
 def gpu_device(catalog: Catalog, gpu: devices.Gpu) -> str | None:
     """The fully qualified CDI device ID of `gpu` (`nvidia.com/gpu=GPU-...`), None when no spec names it."""
     name = gpu_name(catalog, gpu)
-    return None if name is None else catalog.device_id(name)
+    return None if name is None else cdi.device_id(catalog.kind, name)
