@@ -115,11 +115,15 @@ def test_cert_manager_mode_injects_the_serving_certificates_ca() -> None:
     assert not any(o["kind"] == "Job" for o in objects)
 
 
-def test_helm_upgrade_keeps_the_installed_ca_bundle() -> None:
-    # `lookup` needs a cluster; the template must read the installed caBundle before the Secret's.
+def test_self_managed_certificates_render_no_ca_bundle_for_a_rollback_to_put_back() -> None:
+    # The hook patches caBundle and Helm never owns it: `helm rollback` re-applies a revision's manifest,
+    # which would otherwise bring back the caBundle (or the lack of one) that revision rendered.
+    for config in _configurations(render.render({"certificates": {"mode": "selfManaged"}})):
+        for hook in config["webhooks"]:
+            assert "caBundle" not in hook["clientConfig"], config["metadata"]["name"]
     helpers = (render.CHART / "templates" / "_helpers.tpl").read_text()
     body = helpers.split('define "gpushare.webhook.caBundle"')[1].split("{{- end }}\n")[0]
-    assert body.index('lookup "admissionregistration.k8s.io/v1"') < body.index('lookup "v1" "Secret"')
+    assert "lookup" not in body
 
 
 def _certgen(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

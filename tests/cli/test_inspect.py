@@ -456,3 +456,22 @@ def test_namespaces_do_not_combine_with_the_node_views(
         inspect.main(["--namespaces", *other])
     assert caught.value.code == 2
     assert "--namespaces reads the cluster's pods and quotas" in capsys.readouterr().err
+
+
+def test_a_node_whose_kubelet_stopped_posting_is_shown_not_ready_with_its_memory_still_counted(
+    apiserver: ApiServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    devices_ = ann.NodeDevices("GiB", (ann.GpuDevice(0, "GPU-a", 16),)).to_json()
+    share = {modes.MODE_LABEL: "share"}
+    notes = {resources.NODE_DEVICES_ANNOTATION: devices_}
+    apiserver.add_node("up", gpus=1, gpu_mem=16, labels=share, annotations=notes)
+    lost = apiserver.add_node("lost", gpus=1, gpu_mem=16, labels=share, annotations=notes)
+    lost["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    apiserver.put(lost)
+    _, out, _ = run(capsys, "--server", apiserver.url)
+    assert out.splitlines()[-1] == (
+        "warning: lost: node not Ready (Unknown): its pods keep their GPU memory until they are deleted "
+        "(docs/operations.md)"
+    )
+    _, out, _ = run(capsys, "--server", apiserver.url, "-o", "json")
+    assert {n["name"]: n["ready"] for n in json.loads(out)["nodes"]} == {"lost": False, "up": True}

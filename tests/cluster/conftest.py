@@ -11,12 +11,12 @@ from collections.abc import Generator, Iterator
 
 import pytest
 
-from tests.cluster.workloads import Workloads
+from tests.cluster.workloads import Workloads, post_mortem
 from webhook.core.wire import resources
 from webhook.devcluster import binaries
 from webhook.devcluster import cluster as clustermod
 from webhook.devcluster.cluster import Cluster
-from webhook.devcluster.podrelease import NAMESPACE, PodRelease
+from webhook.devcluster.podrelease import PodRelease
 
 # What a user's GPU node carries (the chart's NOTES): its mode and the isolation pool gpu-mem pods ask for.
 NODE_LABELS = {resources.ACK_SCHEDULE_LABEL: "share", resources.ISOLATION_KEY: "false"}
@@ -65,20 +65,6 @@ def pytest_runtest_makereport(
 ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     """A failed test's report shows the cluster's pods, recent events and each process's last lines."""
     report = yield
-    if report.failed and _current and _current[-1].cp is not None:
-        found = _current[-1]
-        sections = [f"logs of every process: {found.workdir}"]
-        for args in (
-            ("get", "pods", "-A", "-o", "wide"),
-            ("get", "events", "-A", "--sort-by=.lastTimestamp"),
-        ):
-            done = found.kubectl(*args, check=False)
-            sections.append(f"--- kubectl {' '.join(args)}\n{(done.stdout + done.stderr)[-4000:]}")
-        done = found.kubectl(
-            "logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=gs", "--tail=8", check=False
-        )
-        sections.append(f"--- our pods' logs (last lines)\n{(done.stdout + done.stderr)[-4000:]}")
-        for process in found.processes:
-            sections.append(f"--- {process.name} (last lines)\n{process.tail(10)}")
-        report.sections.append(("cluster", "\n".join(sections)))
+    if report.failed and _current:
+        post_mortem(report, _current[-1])
     return report

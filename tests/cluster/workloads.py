@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pytest
+
 from webhook.core.wire import resources
 from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster.cluster import Cluster
@@ -27,6 +29,27 @@ REPORT = (
     "print(json.dumps({'env': dict(os.environ), 'mounts': mounts, 'devices': gpus}), flush=True)\n"
     "time.sleep(float(os.environ.get('REPORT_SLEEP', 10**9)))\n"
 )
+
+
+def post_mortem(report: pytest.TestReport, found: Cluster) -> None:
+    """The cluster's pods, recent events and each process's last lines, added to a failed test's report."""
+    if found.cp is None:
+        return
+    sections = [f"logs of every process: {found.workdir}"]
+    for args in (
+        ("get", "pods", "-A", "-o", "wide"),
+        ("get", "nodes", "-o", "wide"),
+        ("get", "events", "-A", "--sort-by=.lastTimestamp"),
+    ):
+        done = found.kubectl(*args, check=False)
+        sections.append(f"--- kubectl {' '.join(args)}\n{(done.stdout + done.stderr)[-4000:]}")
+    done = found.kubectl(
+        "logs", "-n", NAMESPACE, "-l", "app.kubernetes.io/instance=gs", "--tail=8", check=False
+    )
+    sections.append(f"--- our pods' logs (last lines)\n{(done.stdout + done.stderr)[-4000:]}")
+    for process in found.processes:
+        sections.append(f"--- {process.name} (last lines)\n{process.tail(10)}")
+    report.sections.append(("cluster", "\n".join(sections)))
 
 
 def wait(what: str, check: Callable[[], T | None], timeout: float = 120, every: float = 0.5) -> T:

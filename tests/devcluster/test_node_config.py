@@ -127,3 +127,25 @@ def test_a_slot_is_skipped_where_a_route_of_the_machine_covers_its_ranges(
     net._claim_slot()
     assert net.slot == 3
     assert tried == [["ip", "link", "add", "gsnode3", "type", "veth", "peer", "name", "gsnode3p"]]
+
+
+def test_a_further_node_shares_the_first_ones_services_and_takes_a_slot_beside_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = NodeNamespaces(Path("/nonexistent"), slot=1, sockets=Path("/nonexistent"))
+    # What the machine routes once the first node runs: its pod and Service ranges.
+    taken = [ipaddress.ip_network(first.pod_cidr), ipaddress.ip_network(first.service_cidr)]
+    monkeypatch.setattr(nodenet, "_routed", lambda: taken)
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kwargs: Done())
+    second = NodeNamespaces(Path("/nonexistent"), sockets=Path("/nonexistent"), first=first)
+    second._claim_slot()
+    assert second.slot == 2
+    assert (second.service_cidr, second.dns_ip) == (first.service_cidr, first.dns_ip)
+    assert second.pod_cidr == "10.244.2.0/24"
+    # Both inside the ranges every node routes through the host: the other nodes reach it.
+    assert ipaddress.IPv4Network(second.pod_cidr).subnet_of(ipaddress.IPv4Network(nodenet.CLUSTER_PODS))
+    assert ipaddress.IPv4Address(second.node_ip) in ipaddress.IPv4Network(nodenet.CLUSTER_LINKS)

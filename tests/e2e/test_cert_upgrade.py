@@ -3,10 +3,10 @@ against the real API server, with Helm 3 and with Helm 4: an upgrade that renews
 never leaves the API server trusting a CA the Secret no longer holds, a rollback ends trusting it, and
 uninstall removes the webhook configurations.
 
-Helm renders the webhook configurations (their caBundle from `lookup`) before the pre-upgrade hook runs
-and applies them after it: a renewal made in that hook would be reverted to the rendered bundle until the
-post-upgrade hook patches it again, while the webhook pods serve the new certificate. So the check runs
-when the post-upgrade Job appears, which is after Helm applied the release.
+The chart renders no caBundle (the hooks patch it; Helm never owns it), so neither an upgrade nor a
+rollback can put back a bundle some revision rendered: the check runs when the post-upgrade and the
+post-rollback Job appear, which is after Helm applied the release and waited for it, and before the hook
+patches anything.
 """
 
 from __future__ import annotations
@@ -135,9 +135,11 @@ def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
         assert _secret_ca(api) != first_ca, "the upgrade's hooks renewed nothing"
         assert _untrusted(api) == []
         assert seen == [f"{RELEASE}-gpushare-certgen"]  # the check ran, at the post-upgrade hook
-        # A rollback applies the first revision's rendered caBundle (none): its post-rollback hook
-        # puts the Secret's CA back.
+        # A rollback to the first revision, rendered before any CA existed, leaves the bundle alone.
+        upgrading.append(True)
         run("rollback", RELEASE, "1")
+        upgrading.clear()
+        assert seen == [f"{RELEASE}-gpushare-certgen"] * 2  # checked at the post-rollback hook too
         assert _untrusted(api) == []
         run("uninstall", RELEASE)
         for plural, name in CONFIGURATIONS:

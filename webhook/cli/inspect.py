@@ -44,6 +44,10 @@ __all__ = [
     "run",
 ]
 OUTPUTS = ("text", "json")
+# A lost node's pods stay bound, and their memory stays counted, until they are deleted (docs/operations.md).
+NOT_READY = (
+    "node not Ready ({status}): its pods keep their GPU memory until they are deleted (docs/operations.md)"
+)
 PAGE_SIZE = 500
 
 
@@ -288,7 +292,9 @@ def cluster_use(
         name = str((node.get("metadata") or {}).get("name") or "")
         ledger, skipped = accounting.build(node, by_node.get(name, ()), unit, names)
         mode, mode_problem = _mode(node)
+        ready = _ready(node)
         problems = (
+            *([] if ready in ("True", "") else [NOT_READY.format(status=ready)]),
             *ledger.problems(),
             *(f"pod {s.key}: {s.reason}" for s in skipped),
             *mode_problem,
@@ -315,6 +321,7 @@ def cluster_use(
                 pods=tuple(uses),
                 problems=problems,
                 mode=mode,
+                ready=ready in ("True", ""),
                 model=gpulabels.model(g.model for g in gpus if g.model),
                 device_list=str(
                     ((node.get("metadata") or {}).get("annotations") or {}).get(
@@ -395,6 +402,15 @@ def _get_node(api: Any, name: str, timeout: float) -> dict[str, Any]:
             "server's NotFound status: is that the API server's address?"
         ) from None
     return node
+
+
+def _ready(node: Mapping[str, Any]) -> str:
+    """The Node's Ready condition ("True", "False", "Unknown"), "" when it has none (a Node no kubelet
+    posts for, as in the stand-in's tests: counted as ready)."""
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Ready":
+            return str(condition.get("status") or "")
+    return ""
 
 
 def _address(node: Mapping[str, Any]) -> str:

@@ -55,6 +55,7 @@ class NodeUse:
     model: str = ""  # the GPU model as the aliyun.accelerator/nvidia_name label writes it, or "mixed"
     # How its device plugin hands GPUs to containers (envvar, cdi-cri, both; docs/cdi.md); "" when not known
     device_list: str = ""
+    ready: bool = True  # the Node's Ready condition is True (or the Node has none)
 
     @property
     def total(self) -> int:
@@ -244,6 +245,7 @@ def to_json(cluster: ClusterUse) -> dict[str, Any]:
                 "mode": n.mode,
                 "model": n.model,
                 "deviceList": n.device_list,
+                "ready": n.ready,
                 "gpus": [
                     {
                         "index": g.index,

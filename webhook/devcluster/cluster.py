@@ -1,11 +1,16 @@
-"""A one-node cluster whose node runs real containers: the control plane on this host (with the default
-kube-scheduler), a node in namespaces of its own with containerd, the kubelet and kube-proxy
+"""A cluster whose nodes run real containers: the control plane on this host (with the default
+kube-scheduler), each node in namespaces of its own with containerd, the kubelet and kube-proxy
 (node.py), and cluster DNS (clusterdns.py). Every image it runs was built here (scripts/node-images);
-nothing is pulled. The end-to-end tests of the chart as pods (tests/cluster) and `gpushare demo` use it.
+nothing is pulled. The end-to-end tests of the chart as pods (tests/cluster, one node; tests/cluster_ha,
+several) and `gpushare demo` use it.
 
-    cluster = Cluster(kube_bins, runtime_bins, images, workdir).start()
+    cluster = Cluster(kube_bins, runtime_bins, images, workdir).start()          # one node, "gpu-node"
+    cluster = Cluster(..., nodes=(NodeSpec("system"), NodeSpec("gpu-a", labels)))  # several
     cluster.kubectl("get", "pods", "-A")
+    cluster.add_node(NodeSpec("gpu-c", labels))
     cluster.stop()
+
+The first node carries the Service range the host routes (nodenet.py): a test takes other nodes away.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import contextlib
 import os
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,16 +61,24 @@ def image_names(images: Path) -> dict[str, str]:
     return {role: name for role, name in pairs}
 
 
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)  # registered with the Node
+
+
 @dataclass
 class Cluster:
     kube_bins: Path
     runtime_bins: Path
     images: Path  # scripts/node-images' folder
     workdir: Path
-    labels: Mapping[str, str] = field(default_factory=dict)  # the node's, at registration
-    net: NodeNamespaces | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)  # the one node's, when `nodes` is empty
+    nodes: Sequence[NodeSpec] = ()  # several nodes, the first one never taken away
+    net: NodeNamespaces | None = None  # the first node's
     cp: ControlPlane | None = None
-    node: RuntimeNode | None = None
+    node: RuntimeNode | None = None  # the first node
+    running: dict[str, RuntimeNode] = field(default_factory=dict)  # every node by name
 
     @property
     def names(self) -> dict[str, str]:
@@ -79,7 +92,8 @@ class Cluster:
     @property
     def processes(self) -> list[Process]:
         """Every long-running process of the cluster, for post-mortems."""
-        return [*(self.cp.processes if self.cp else []), *(self.net.processes if self.net else [])]
+        nets = [node.net for node in self.running.values()] or ([self.net] if self.net else [])
+        return [*(self.cp.processes if self.cp else []), *(p for net in nets for p in net.processes)]
 
     def start(self, timeout: float = 180) -> Cluster:
         try:
@@ -90,6 +104,7 @@ class Cluster:
         return self
 
     def _start(self, timeout: float) -> None:
+        first, *others = self.nodes or (NodeSpec(NODE, self.labels),)
         self.net = net = NodeNamespaces(self.workdir / "node").start()
         self.cp = ControlPlane(
             self.kube_bins,
@@ -97,17 +112,11 @@ class Cluster:
             address=net.host_ip,
             service_range=net.service_cidr,
             default_scheduler=True,
+            node_lifecycle=bool(self.nodes),  # several nodes: every one a kubelet's, none bare
         ).start()
-        self.node = RuntimeNode(
-            self.kube_bins,
-            self.runtime_bins,
-            self.cp,
-            net,
-            images=sorted(self.images.glob("*.tar")),
-            sandbox_image=self.names["pause"],
-            name=NODE,
-            labels=self.labels,
-        ).start(timeout)
+        self.node = self._start_node(first, net, timeout)
+        for spec in others:
+            self.add_node(spec, timeout)
         dns = clusterdns.manifests(self.names["coredns"], net.dns_ip)
         self.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(dns))
         self.kubectl(
@@ -120,6 +129,27 @@ class Cluster:
             timeout=timeout + 10,
         )
 
+    def add_node(self, spec: NodeSpec, timeout: float = 180) -> RuntimeNode:
+        """Another node joined to the running cluster, Ready when this returns."""
+        assert self.net is not None, "start() first"
+        net = NodeNamespaces(self.workdir / f"node-{spec.name}", first=self.net).start()
+        return self._start_node(spec, net, timeout)
+
+    def _start_node(self, spec: NodeSpec, net: NodeNamespaces, timeout: float) -> RuntimeNode:
+        assert self.cp is not None
+        node = RuntimeNode(
+            self.kube_bins,
+            self.runtime_bins,
+            self.cp,
+            net,
+            images=sorted(self.images.glob("*.tar")),
+            sandbox_image=self.names["pause"],
+            name=spec.name,
+            labels=spec.labels,
+        )
+        self.running[spec.name] = node  # before it starts: stop() ends what a failed start left
+        return node.start(timeout)
+
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
@@ -131,10 +161,14 @@ class Cluster:
         return done
 
     def stop(self) -> None:
-        """Everything ended, the node first; each step runs even if one before it failed."""
+        """Everything ended, the nodes first; each step runs even if one before it failed."""
+        nodes = list(self.running.values()) or ([self.node] if self.node else [])
+        nets = [node.net for node in nodes] or ([self.net] if self.net else [])
         with contextlib.ExitStack() as steps:
-            if self.net is not None:  # the images' layers (~1 GB), once no mount holds them; logs stay
-                steps.callback(shutil.rmtree, self.net.workdir / "containerd" / "root", ignore_errors=True)
-            for part in (self.net, self.cp, self.node):  # run last to first
-                if part is not None:
-                    steps.callback(part.stop)
+            for net in nets:  # the images' layers (~1 GB a node), once no mount holds them; logs stay
+                steps.callback(shutil.rmtree, net.workdir / "containerd" / "root", ignore_errors=True)
+            steps.callback(lambda: self.cp.stop() if self.cp is not None else None)
+            for net in nets:  # run last to first: every node's processes, then its namespaces
+                steps.callback(net.stop)
+            for node in nodes:
+                steps.callback(node.stop)

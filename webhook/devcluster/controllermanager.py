@@ -22,12 +22,17 @@ NAME = "kube-controller-manager"
 #   would meet conflicts no real kubelet-less cluster has.
 # The rest stays on, the garbage collector, the namespace, pod GC and taint-eviction controllers included.
 # The CSR signer has no signing files, so it does not start: every certificate here is issued by pki.py.
+# A cluster whose every Node has a kubelet (tests/cluster_ha) runs the node lifecycle controller as
+# kubeadm does: `node_lifecycle=True`.
 CONTROLLERS = ("*", "-node-lifecycle-controller", "-ttl-controller")
+WITH_NODE_LIFECYCLE = ("*", "-ttl-controller")
 # The identity the default RBAC (ClusterRole and ClusterRoleBinding system:kube-controller-manager) knows.
 USER = "system:kube-controller-manager"
 
 
-def argv(bins: Path, pki: pkimod.Pki, kubeconfig: Path, port: int, workdir: Path) -> list[str]:
+def argv(
+    bins: Path, pki: pkimod.Pki, kubeconfig: Path, port: int, workdir: Path, *, node_lifecycle: bool = False
+) -> list[str]:
     """Its command line with `kubeconfig` (a client certificate of USER), serving on 127.0.0.1:`port`
     with a certificate of the cluster CA (written now); what it writes on disk goes under `workdir`."""
     cert, key = pkimod.serving(pki, NAME, ("localhost",), ("127.0.0.1",))
@@ -54,7 +59,7 @@ def argv(bins: Path, pki: pkimod.Pki, kubeconfig: Path, port: int, workdir: Path
         "--leader-elect=false",
         # The attach-detach controller creates this folder, by default /usr/libexec/kubernetes/...
         f"--flex-volume-plugin-dir={workdir / 'flexvolume'}",
-        f"--controllers={','.join(CONTROLLERS)}",
+        f"--controllers={','.join(WITH_NODE_LIFECYCLE if node_lifecycle else CONTROLLERS)}",
         "--profiling=false",
         "--v=1",
     ]

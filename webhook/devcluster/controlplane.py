@@ -58,6 +58,8 @@ class ControlPlane:
     # The cluster's default kube-scheduler, as kubeadm runs it: needed once pods that no test schedules
     # by hand (DaemonSets, the chart's Deployments, cluster DNS) must reach a node.
     default_scheduler: bool = False
+    # Every Node has a kubelet: the node lifecycle controller runs (controllermanager.py).
+    node_lifecycle: bool = False
 
     @property
     def url(self) -> str:
@@ -211,7 +213,9 @@ class ControlPlane:
         port = free_port()
         manager = self._spawn(
             controllermanager.NAME,
-            controllermanager.argv(self.bins, self.pki, kubeconfig, port, self.workdir),
+            controllermanager.argv(
+                self.bins, self.pki, kubeconfig, port, self.workdir, node_lifecycle=self.node_lifecycle
+            ),
         )
         pki = self.pki
         manager.wait_until(lambda: controllermanager.healthy(pki, port), timeout, "healthy")

@@ -31,7 +31,7 @@ from webhook.devcluster import kubelet as kubeletmod
 from webhook.devcluster import pki as pkimod
 from webhook.devcluster.containerd import Containerd
 from webhook.devcluster.controlplane import ControlPlane
-from webhook.devcluster.nodenet import NodeNamespaces
+from webhook.devcluster.nodenet import CLUSTER_PODS, NodeNamespaces
 from webhook.devcluster.process import Process, http_status
 
 CGROUPS = Path("/sys/fs/cgroup")
@@ -136,6 +136,29 @@ class RuntimeNode:
         self.containerd.stop()
         self.containerd.start(timeout)
 
+    def crash(self) -> None:
+        """The node lost at once: its kubelet, containerd and kube-proxy SIGKILLed and its network cut
+        (nodenet.cut). Its containers keep running, cut off, as on a machine that is partitioned away:
+        nothing tells the API server anything, the node lifecycle controller has to notice."""
+        for process in (self.kubelet, self.proxy, self.containerd.process if self.containerd else None):
+            if process is not None:
+                process.kill()
+                if process in self.net.processes:
+                    self.net.processes.remove(process)
+        self.kubelet = self.proxy = None
+        if self.containerd is not None:
+            self.containerd.process = None
+        self.net.cut()
+
+    def recover(self, timeout: float = 120) -> None:
+        """The lost node back: its network mended, then containerd, kube-proxy and the kubelet started
+        as a machine's boot starts them; the kubelet reconciles the containers it finds."""
+        assert self.containerd is not None
+        self.net.mend()
+        self.containerd.start(timeout)
+        self.start_proxy(timeout)
+        self.start_kubelet(timeout)
+
     # -- kube-proxy ----------------------------------------------------------------------------------
     def start_proxy(self, timeout: float = 60) -> Process:
         """kube-proxy in iptables mode as user system:kube-proxy (the default RBAC binds it). The node's
@@ -153,7 +176,9 @@ class RuntimeNode:
             "clientConnection": {"kubeconfig": str(kubeconfig)},
             "hostnameOverride": self.name,
             "mode": "iptables",
-            "clusterCIDR": self.net.pod_cidr,
+            # Every node's pods: traffic from outside them (the API server on the host) to a Service is
+            # masqueraded, so a reply from a pod on another node comes back through this node's NAT.
+            "clusterCIDR": CLUSTER_PODS,
             "healthzBindAddress": health,
             "metricsBindAddress": "127.0.0.1:10249",
             "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},

@@ -8,6 +8,12 @@ Addresses come from the node's slot N (the first free one on this machine): the 
 pod and Service ranges to the node, whose kube-proxy turns Service IPs into pod IPs, so the API server on
 the host reaches webhooks through their Services as on a kubeadm node. The node has no default route:
 nothing it or its pods send can leave this machine.
+
+Several nodes make one cluster when each is given the first (`first=`): they share its Service range and
+DNS address (the host routes Services to the first node only, so that node must be one no test takes
+away), and each routes the other nodes' links and pod ranges through the host, which forwards between
+them as a network between machines would. `cut()` takes the node off that network at once, as a pulled
+cable or a dead machine does; `mend()` puts it back.
 """
 
 from __future__ import annotations
@@ -38,6 +44,9 @@ NODE_FOLDERS = (
     "/var/run/cdi",
 )
 SLOTS = range(1, 200)
+# Every node's pod range and link lie inside these; each node routes them through the host.
+CLUSTER_PODS = "10.244.0.0/16"
+CLUSTER_LINKS = "10.255.0.0/16"
 
 
 class NodeNetError(RuntimeError):
@@ -62,6 +71,8 @@ class NodeNamespaces:
     # Short, for the node's unix sockets (at most 107 bytes a path; a pytest workdir can be longer).
     sockets: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpushare-node-", dir="/tmp")))
     processes: list[Process] = field(default_factory=list)
+    # The cluster's first node, whose Service range and DNS address this one shares; None: this is it.
+    first: NodeNamespaces | None = None
 
     # -- addresses ----------------------------------------------------------------------------------
     @property
@@ -82,11 +93,11 @@ class NodeNamespaces:
 
     @property
     def service_cidr(self) -> str:
-        return f"10.96.{self.slot}.0/24"
+        return self.first.service_cidr if self.first is not None else f"10.96.{self.slot}.0/24"
 
     @property
     def dns_ip(self) -> str:
-        return f"10.96.{self.slot}.10"
+        return self.first.dns_ip if self.first is not None else f"10.96.{self.slot}.10"
 
     @property
     def host_link(self) -> str:
@@ -142,8 +153,26 @@ class NodeNamespaces:
             source.mkdir(parents=True, exist_ok=True)
             _run(self.enter(["mkdir", "-p", path]))
             _run(self.enter(["mount", "--bind", str(source), path]))
-        for cidr in (self.pod_cidr, self.service_cidr):
+        self._route()
+
+    def _route(self) -> None:
+        """The host's routes to the node's ranges, and the node's to the other nodes through the host
+        (replaced, so that `mend()` can run them again: a link that went down lost its routes)."""
+        own = [self.pod_cidr] if self.first is not None else [self.pod_cidr, self.service_cidr]
+        for cidr in own:
             _run(["ip", "route", "replace", cidr, "via", self.node_ip, "dev", self.host_link])
+        for cidr in (CLUSTER_PODS, CLUSTER_LINKS):
+            _run(self.enter(["ip", "route", "replace", cidr, "via", self.host_ip, "dev", "eth0"]))
+
+    def cut(self) -> None:
+        """The node off the network at once: the host's end of its link down, so nothing reaches it and
+        nothing it sends arrives (connections to it fail as to a machine that is gone)."""
+        _run(["ip", "link", "set", self.host_link, "down"])
+
+    def mend(self) -> None:
+        """The link up again and its routes back."""
+        _run(["ip", "link", "set", self.host_link, "up"])
+        self._route()
 
     def _claim_slot(self) -> None:
         """The first slot whose ranges no route of this machine covers and whose link name is free:
@@ -151,7 +180,7 @@ class NodeNamespaces:
         routed = _routed()
         for slot in SLOTS:
             self.slot = slot
-            ranges = (f"10.255.{slot}.0/30", self.pod_cidr, self.service_cidr)
+            ranges = (f"10.255.{slot}.0/30", self.pod_cidr, f"10.96.{slot}.0/24")
             if any(ipaddress.ip_network(cidr).overlaps(net) for cidr in ranges for net in routed):
                 continue
             done = subprocess.run(

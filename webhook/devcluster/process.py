@@ -81,6 +81,16 @@ class Process:
                 popen.wait(5)
         return popen.returncode
 
+    def kill(self) -> int | None:
+        """SIGKILL the group at once, as a crash or a lost machine ends it: no handler runs."""
+        popen = self._popen
+        if popen is None:
+            return None
+        if popen.poll() is None:
+            _signal_group(popen.pid, signal.SIGKILL)
+            popen.wait(5)
+        return popen.returncode
+
     def tail(self, lines: int = 40) -> str:
         try:
             text = self.log.read_text(errors="replace")

@@ -76,9 +76,26 @@
 {{- end -}}
 {{- end }}
 
-{{/* The node agents' declared GPUs when simulation is on (checks.yaml refuses them otherwise). */}}
+{{/* The node agents' declared GPUs when simulation is on (checks.yaml refuses them otherwise): the same
+GPUs on every node, or with simulation.nodes each node's own, read from the ConfigMap's file named after
+the node (the kubelet expands $(NODE_NAME) from the container's env). */}}
 {{- define "gpushare.simulatedGpus" -}}
-{{- if .Values.simulation.enabled }}
+{{- if and .Values.simulation.enabled .Values.simulation.nodes }}
+- --inventory-file=/etc/gpushare/simulation/$(NODE_NAME).yaml
+{{- else if .Values.simulation.enabled }}
 - --fake-gpus={{ .Values.simulation.gpus }}
+{{- end }}
+{{- end }}
+
+{{/* The ConfigMap's volume and mount for simulation.nodes; nothing otherwise. */}}
+{{- define "gpushare.simulation.volumeMounts" -}}
+{{- if and .Values.simulation.enabled .Values.simulation.nodes }}
+- {name: simulation, mountPath: /etc/gpushare/simulation, readOnly: true}
+{{- end }}
+{{- end }}
+{{- define "gpushare.simulation.volumes" -}}
+{{- if and .Values.simulation.enabled .Values.simulation.nodes }}
+- name: simulation
+  configMap: {name: {{ include "gpushare.fullname" . }}-simulation}
 {{- end }}
 {{- end }}

@@ -95,28 +95,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-caBundle for the webhook configurations (base64 PEM). provided: from values. selfManaged: keep what is
-installed (ensure-certs patched it; `helm upgrade` must not reset it), else the Secret's ca.crt, else empty
-until the post-install hook patches it. certManager: empty, cainjector fills it.
+caBundle for the webhook configurations (base64 PEM). provided: from values. selfManaged: none, ever:
+ensure-certs' post-install hook patches it in and its later runs keep it current, and Helm never owns the
+field. A rendered caBundle would be put back by `helm rollback` as that revision rendered it: the first
+revision renders before the hook made a CA, so a rollback to it removed caBundle, and any other would
+restore a CA that a renewal had replaced; GPU pods were refused until the post-rollback hook, after
+--wait (docs/operations.md). certManager: none, cainjector fills it.
 */}}
 {{- define "gpushare.webhook.caBundle" -}}
-{{- $mode := .Values.certificates.mode -}}
-{{- if eq $mode "provided" -}}
+{{- if eq .Values.certificates.mode "provided" -}}
 {{- .Values.certificates.provided.caCrt | b64enc -}}
-{{- else if eq $mode "selfManaged" -}}
-{{- $cfg := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "gpushare.webhook.validatingName" .) -}}
-{{- $installed := "" -}}
-{{- if $cfg -}}
-{{- range $cfg.webhooks -}}
-{{- if and (not $installed) .clientConfig.caBundle -}}{{- $installed = .clientConfig.caBundle -}}{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- if $installed -}}
-{{- $installed -}}
-{{- else -}}
-{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "gpushare.webhook.tlsSecret" .) -}}
-{{- if and $secret $secret.data -}}{{- index $secret.data "ca.crt" | default "" -}}{{- end -}}
-{{- end -}}
 {{- end -}}
 {{- end }}
 

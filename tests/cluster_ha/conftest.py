@@ -1,0 +1,87 @@
+"""Fixtures of the high-availability suite: a cluster of three nodes that run real containers (a node
+without GPUs for the system pods, two GPU nodes with different simulated GPUs), the node lifecycle
+controller at work, and the chart installed with Helm as pods of our image, as tests/cluster installs it
+but for two kube-scheduler replicas (leader-elected) and each node's own GPUs (simulation.nodes). A
+fourth GPU node is listed there too: test_ha adds it while the cluster runs.
+
+Started once for this package and stopped after its last test; the tests run in file order, each
+leaving the cluster whole for the next (a lost node back, a drained node uncordoned)."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+
+from tests.cluster.workloads import Workloads, post_mortem
+from webhook.core.wire import resources
+from webhook.devcluster import binaries
+from webhook.devcluster import cluster as clustermod
+from webhook.devcluster.cluster import Cluster, NodeSpec
+from webhook.devcluster.podrelease import PodRelease
+
+GPU_LABELS = {resources.ACK_SCHEDULE_LABEL: "share", resources.ISOLATION_KEY: "false"}
+SYSTEM, GPU_A, GPU_B, GPU_C = "system", "gpu-a", "gpu-b", "gpu-c"
+# Each GPU node's GPUs: two 16 GiB Voltas, three 24 GiB A10s; the node added later has one 16 GiB card.
+GPUS = {
+    GPU_A: "0:16:Tesla V100-SXM2-16GB:7.0,1:16:Tesla V100-SXM2-16GB:7.0",
+    GPU_B: "0:24:NVIDIA A10:8.6,1:24:NVIDIA A10:8.6,2:24:NVIDIA A10:8.6",
+    GPU_C: "0:16:Tesla V100-SXM2-16GB:7.0",
+}
+GIB_PER_GPU = {GPU_A: 16, GPU_B: 24, GPU_C: 16}
+GIB_TOTAL = {GPU_A: 32, GPU_B: 72, GPU_C: 16}
+_current: list[Cluster] = []
+
+
+@pytest.fixture(scope="package")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    kube, runtime = binaries.locate(), binaries.runtime()
+    reason = clustermod.unavailable(kube, runtime)
+    if reason is not None:
+        pytest.skip(f"no node with a container runtime here: {reason}")
+    assert kube is not None and runtime is not None
+    images = clustermod.build_images()
+    nodes = (NodeSpec(SYSTEM), NodeSpec(GPU_A, GPU_LABELS), NodeSpec(GPU_B, GPU_LABELS))
+    found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), nodes=nodes)
+    _current.append(found)
+    try:
+        yield found.start()
+    finally:
+        _current.remove(found)
+        found.stop()
+
+
+@pytest.fixture(scope="package")
+def chart(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> PodRelease:
+    """The chart installed with Helm 3 and waited for, with the chart's defaults for replicas, affinity
+    and budgets."""
+    release = PodRelease(cluster, tmp_path_factory.mktemp("release"))
+    release.install(major=3, **ha_values())
+    return release
+
+
+def ha_values() -> dict[str, Any]:
+    return {"simulation": {"enabled": True, "gpus": "", "nodes": GPUS}, "scheduler": {"replicas": 2}}
+
+
+@pytest.fixture
+def work(chart: PodRelease, request: pytest.FixtureRequest) -> Iterator[Workloads]:
+    """A namespace of the test's own for its pods, deleted (and waited for) afterwards."""
+    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
+    workloads = Workloads(chart, chart.api.namespace(name))
+    try:
+        yield workloads
+    finally:
+        workloads.delete_namespace()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report shows the cluster's pods, nodes, recent events and each process's tail."""
+    report = yield
+    if report.failed and _current:
+        post_mortem(report, _current[-1])
+    return report
