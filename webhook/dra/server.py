@@ -80,52 +80,27 @@ def _unprepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Obs
     return answer
 
 
-class DraServiceV1(v1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer, observer: Observer | None = None) -> None:
+class DraService:
+    """The DRAPlugin service of one API version: `pb` its messages (v1 or v1beta1); `share_ids` whether
+    its answers carry the share ID (v1 only)."""
+
+    def __init__(
+        self, preparer: Preparer, pb: Any, observer: Observer | None = None, *, share_ids: bool
+    ) -> None:
         self.preparer = preparer
+        self.pb = pb
+        self.share_ids = share_ids
         self.observer = observer or NoObserver()
 
-    def NodePrepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1_pb2.NodePrepareResourcesResponse:
-        reply: v1_pb2.NodePrepareResourcesResponse = _prepare(
-            self.preparer, v1_pb2, request.claims, self.observer, share_ids=True
-        )
-        return reply
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 (the kubelet's method name)
+        return _prepare(self.preparer, self.pb, request.claims, self.observer, share_ids=self.share_ids)
 
-    def NodeUnprepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1_pb2.NodeUnprepareResourcesResponse:
-        reply: v1_pb2.NodeUnprepareResourcesResponse = _unprepare(
-            self.preparer, v1_pb2, request.claims, self.observer
-        )
-        return reply
-
-
-class DraServiceV1beta1(v1beta1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer, observer: Observer | None = None) -> None:
-        self.preparer = preparer
-        self.observer = observer or NoObserver()
-
-    def NodePrepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1_pb2.NodePrepareResourcesResponse:
-        reply: v1beta1_pb2.NodePrepareResourcesResponse = _prepare(
-            self.preparer, v1beta1_pb2, request.claims, self.observer, share_ids=False
-        )
-        return reply
-
-    def NodeUnprepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1_pb2.NodeUnprepareResourcesResponse:
-        reply: v1beta1_pb2.NodeUnprepareResourcesResponse = _unprepare(
-            self.preparer, v1beta1_pb2, request.claims, self.observer
-        )
-        return reply
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 (the kubelet's method name)
+        return _unprepare(self.preparer, self.pb, request.claims, self.observer)
 
 
 def add_services(server: grpc.Server, preparer: Preparer, observer: Observer | None = None) -> None:
-    v1_grpc.add_DRAPluginServicer_to_server(DraServiceV1(preparer, observer), server)  # type: ignore[no-untyped-call]
-    v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
-        DraServiceV1beta1(preparer, observer), server
-    )
+    v1 = DraService(preparer, v1_pb2, observer, share_ids=True)
+    v1beta1 = DraService(preparer, v1beta1_pb2, observer, share_ids=False)
+    v1_grpc.add_DRAPluginServicer_to_server(v1, server)  # type: ignore[no-untyped-call]
+    v1beta1_grpc.add_DRAPluginServicer_to_server(v1beta1, server)  # type: ignore[no-untyped-call]
