@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -34,22 +34,38 @@ class NoObserver:
         pass
 
 
-def _prepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer, share_ids: bool) -> Any:
+def _answer(
+    call: str,
+    method: str,
+    answer: Any,
+    claims: Sequence[Any],
+    *,
+    observer: Observer,
+    act: Callable[[Any, Any], None],
+) -> Any:
+    """Every claim the kubelet's `method` asked gets its entry in `answer`: `act(claim, entry)` fills it,
+    or it carries the PrepareError that `act` raised; the `call`'s count and latency go to `observer`."""
     started = time.monotonic()
-    answer = pb.NodePrepareResourcesResponse()
     failed = 0
     for claim in claims:
         entry = answer.claims[claim.uid]
         try:
-            prepared = preparer.prepare(claim.uid, claim.namespace, claim.name)
+            act(claim, entry)
         except PrepareError as err:
-            log.warning("NodePrepareResources %s/%s: %s", claim.namespace, claim.name, err)
+            log.warning("%s %s/%s: %s", method, claim.namespace, claim.name, err)
             entry.error = str(err)
             failed += 1
-            continue
-        entry.devices.extend(_device(pb, d, share_ids) for d in prepared)
-    observer.called("prepare", time.monotonic() - started, len(claims), failed)
+    observer.called(call, time.monotonic() - started, len(claims), failed)
     return answer
+
+
+def _prepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer, share_ids: bool) -> Any:
+    def act(claim: Any, entry: Any) -> None:
+        prepared = preparer.prepare(claim.uid, claim.namespace, claim.name)
+        entry.devices.extend(_device(pb, d, share_ids) for d in prepared)
+
+    answer = pb.NodePrepareResourcesResponse()
+    return _answer("prepare", "NodePrepareResources", answer, claims, observer=observer, act=act)
 
 
 def _device(pb: Any, device: checkpoint.Device, share_ids: bool) -> Any:
@@ -65,19 +81,11 @@ def _device(pb: Any, device: checkpoint.Device, share_ids: bool) -> Any:
 
 
 def _unprepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer) -> Any:
-    started = time.monotonic()
+    def act(claim: Any, entry: Any) -> None:
+        preparer.unprepare(claim.uid, claim.namespace, claim.name)
+
     answer = pb.NodeUnprepareResourcesResponse()
-    failed = 0
-    for claim in claims:
-        entry = answer.claims[claim.uid]
-        try:
-            preparer.unprepare(claim.uid, claim.namespace, claim.name)
-        except PrepareError as err:
-            log.warning("NodeUnprepareResources %s/%s: %s", claim.namespace, claim.name, err)
-            entry.error = str(err)
-            failed += 1
-    observer.called("unprepare", time.monotonic() - started, len(claims), failed)
-    return answer
+    return _answer("unprepare", "NodeUnprepareResources", answer, claims, observer=observer, act=act)
 
 
 class DraService:

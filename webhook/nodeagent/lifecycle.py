@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Protocol
 
@@ -48,21 +49,15 @@ def health_watcher(settings: NodeAgentSettings, inv: inventory.GpuInventory) -> 
     return health.watcher(settings.health_file, inv, settings.health_recovery_s)
 
 
+@dataclass
 class Probes:
     """The probe port (`/healthz`, `/metrics` and the agent's own routes); none when `port` is 0."""
 
-    def __init__(
-        self,
-        port: int,
-        ready: Callable[[], bool],
-        registry: prometheus_client.CollectorRegistry,
-        routes: Mapping[str, Callable[[], probeserver.Reply]] | None = None,
-    ) -> None:
-        self.port = port
-        self.ready = ready
-        self.registry = registry
-        self.routes = routes
-        self.http: ThreadingHTTPServer | None = None
+    port: int
+    ready: Callable[[], bool]
+    registry: prometheus_client.CollectorRegistry
+    routes: Mapping[str, Callable[[], probeserver.Reply]] | None = None
+    http: ThreadingHTTPServer | None = field(default=None, init=False)
 
     def open(self) -> None:
         if self.port:

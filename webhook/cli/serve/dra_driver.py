@@ -102,9 +102,4 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dra
 
 
 def main(argv: list[str]) -> int:
-    return nodeagent.main(
-        build_parser(),
-        argv,
-        settings_from_args=settings_from_args,
-        run=app.run,
-    )
+    return nodeagent.main(build_parser(), argv, settings_from_args=settings_from_args, run=app.run)
