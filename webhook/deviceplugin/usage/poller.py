@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from webhook.core.usage import overshare, usage
 from webhook.deviceplugin.state import DeviceState
@@ -31,38 +32,26 @@ class Observer:
         """A new report, before it is served on /usage (the metrics render its series here)."""
 
 
+@dataclass(kw_only=True, eq=False)
 class UsagePoller:
-    def __init__(
-        self,
-        *,
-        source: UsageSource,
-        reader: CgroupReader,
-        pods: PodSharesStore,
-        state: DeviceState,
-        node_name: str,
-        tracker: overshare.OverShareTracker,
-        actions: OverShareActions | None = None,
-        observer: Observer | None = None,
-        interval_s: float = 10.0,
-        wall: Callable[[], float] = time.time,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.source = source
-        self.reader = reader
-        self.pods = pods
-        self.state = state
-        self.node_name = node_name
-        self.tracker = tracker
-        self.actions = actions
-        self.observer = observer or Observer()
-        self.interval_s = interval_s
-        self.wall = wall
-        self.clock = clock
+    source: UsageSource
+    reader: CgroupReader
+    pods: PodSharesStore
+    state: DeviceState
+    node_name: str
+    tracker: overshare.OverShareTracker
+    actions: OverShareActions | None = None
+    observer: Observer = field(default_factory=Observer)
+    interval_s: float = 10.0
+    wall: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self.latest: usage.NodeUsage | None = None  # replaced whole: readers never see a half-made one
         self.polls = 0
         self._one_at_a_time = threading.Lock()  # the tracker is not thread-safe; tests poll directly too
         self._failing = False
-        self._rounds = rounds.Rounds("gpu-usage", self._round, period_s=interval_s)
+        self._rounds = rounds.Rounds("gpu-usage", self._round, period_s=self.interval_s)
 
     def poll_once(self) -> usage.NodeUsage:
         with self._one_at_a_time:
