@@ -31,7 +31,9 @@ from webhook.core.node import devices
 from webhook.core.placement import annotations as ann
 from webhook.core.usage import overshare, podshares
 from webhook.devcluster.standin.apiserver import pod_manifest
-from webhook.deviceplugin import metrics, state, usagepods, usagepoller
+from webhook.deviceplugin import metrics, state
+from webhook.deviceplugin.usage import pods as usagepods
+from webhook.deviceplugin.usage import poller as usagepoller
 from webhook.gpus.cgroupreader import CgroupReader
 from webhook.gpus.nvmlusage import NvmlUsage
 from webhook.serving import probeserver

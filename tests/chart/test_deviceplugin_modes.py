@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.chart import render
-from webhook.cli import serve_device_plugin
+from webhook.cli.serve import device_plugin as serve_device_plugin
 from webhook.core.node import gpulabels
 from webhook.core.placement import modes
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.chart import render, schemas
 from tests.chart.test_deviceplugin_modes import _runs_on
-from webhook.cli import serve_dra_driver
+from webhook.cli.serve import dra_driver as serve_dra_driver
 from webhook.core.placement import modes
 
 pytestmark = pytest.mark.skipif(

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from tests.chart import render
-from webhook.cli import ensure_certs, serve_extender
+from webhook.cli import ensure_certs
+from webhook.cli.serve import extender as serve_extender
 
 pytestmark = pytest.mark.skipif(
     render.helm_binary() is None, reason="helm missing: bash scripts/install-helm"

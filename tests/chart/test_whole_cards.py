@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from tests.chart import render
-from webhook.cli import serve_device_plugin, serve_extender
+from webhook.cli.serve import device_plugin as serve_device_plugin
+from webhook.cli.serve import extender as serve_extender
 
 
 def test_extender_plugin_and_scheduler_agree_on_a_renamed_whole_card_resource() -> None:

@@ -13,7 +13,8 @@ from tests.chart import render
 from tests.extender.factory import FakeApi
 from webhook.admission import app as admission_app
 from webhook.admission import settings as admission_settings
-from webhook.cli import serve_device_plugin, serve_extender
+from webhook.cli.serve import device_plugin as serve_device_plugin
+from webhook.cli.serve import extender as serve_extender
 from webhook.core.node import devices
 from webhook.core.wire import resources
 from webhook.extender import app as extender_app
@@ -27,11 +28,11 @@ pytestmark = pytest.mark.skipif(
 
 # subcommand -> the CLI module whose parser must accept the chart's args
 CLI_MODULES = {
-    "webhook": "serve_webhook",
-    "extender": "serve_extender",
-    "device-plugin": "serve_device_plugin",
+    "webhook": "serve.webhook",
+    "extender": "serve.extender",
+    "device-plugin": "serve.device_plugin",
     "ensure-certs": "ensure_certs",
-    "dra-driver": "serve_dra_driver",
+    "dra-driver": "serve.dra_driver",
 }
 
 

@@ -12,7 +12,7 @@ import pytest
     [
         ("check", ["--memory-unit", "KiB", "x.yaml"]),
         ("inspect", ["--unit", "KiB"]),
-        ("serve_extender", ["--memory-unit", "KiB"]),
+        ("serve.extender", ["--memory-unit", "KiB"]),
     ],
     ids=["check", "inspect", "extender"],
 )

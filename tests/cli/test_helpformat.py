@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 from webhook.admission import settings as admission_settings
-from webhook.cli import helpformat, main, serve_webhook
+from webhook.cli import helpformat, main
+from webhook.cli.serve import webhook as serve_webhook
 
 COMMANDS = sorted(main.COMMANDS)
 

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from webhook.cli import nodeagent, serve_device_plugin, serve_dra_driver
+from webhook.cli.serve import device_plugin as serve_device_plugin
+from webhook.cli.serve import dra_driver as serve_dra_driver
+from webhook.cli.serve import nodeagent
 
 
 class BadSetting(ValueError):

@@ -16,7 +16,7 @@ import pytest
 from tests.admission import samples
 from webhook import __version__
 from webhook.cli import main as cli_main
-from webhook.cli import serve_webhook
+from webhook.cli.serve import webhook as serve_webhook
 from webhook.core.pki import certificates
 
 

@@ -16,10 +16,11 @@ from tests.serving import scraped
 from tests.standins.kubelet import Kubelet
 from tests.standins.loopback import free_port, http_status
 from webhook import __version__
-from webhook.cli import serve_device_plugin
+from webhook.cli.serve import device_plugin as serve_device_plugin
 from webhook.core.wire import resources
 from webhook.deviceplugin import app
 from webhook.deviceplugin.settings import DevicePluginSettings
+from webhook.nodeagent import lifecycle
 
 
 def test_flags_and_node_name_become_settings():
@@ -148,7 +149,7 @@ def test_second_instance_exits_1_naming_the_first(apiserver, tmp_path):
     )
     first = app.Plugin(settings).start()
     try:
-        with pytest.raises(app.StartError, match="another gpushare device plugin serves"):
+        with pytest.raises(lifecycle.StartError, match="another gpushare device plugin serves"):
             app.Plugin(settings).start()
         assert (short_dir(tmp_path) / "gpushare.sock").exists()
     finally:

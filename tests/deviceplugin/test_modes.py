@@ -20,6 +20,7 @@ from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.deviceplugin import app, nodemode
 from webhook.deviceplugin.settings import DevicePluginSettings
+from webhook.nodeagent import lifecycle
 
 V100 = "0:16:Tesla V100-SXM2-16GB:7.0,1:16:Tesla V100-SXM2-16GB:7.0"
 Start = Callable[..., tuple[app.Plugin, Kubelet]]
@@ -199,7 +200,7 @@ def test_a_node_whose_gpus_are_gone_loses_its_gpu_type_labels(apiserver, tmp_pat
     inventory = tmp_path / "gpus.yaml"
     inventory.write_text("gpus: []\n")
     settings = DevicePluginSettings(node_name="node-1", inventory_file=inventory, api_host=apiserver.url)
-    with pytest.raises(app.StartError, match="expected 'gpus:"):
+    with pytest.raises(lifecycle.StartError, match="expected 'gpus:"):
         app.Plugin(settings)
     assert apiserver.get("nodes", "node-1")["metadata"]["labels"] == {"keep": "me"}
 

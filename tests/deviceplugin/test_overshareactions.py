@@ -11,7 +11,7 @@ import pytest
 
 from webhook.core.placement import modes
 from webhook.core.usage import overshare, usage
-from webhook.deviceplugin import overshareactions
+from webhook.deviceplugin.usage import overshareactions
 from webhook.kube import errors, pods
 
 GIB = 1 << 30

@@ -12,6 +12,7 @@ from tests.deviceplugin.placed import placed_pod
 from tests.standins.kubelet import Kubelet
 from webhook.core.wire import resources
 from webhook.deviceplugin import registration
+from webhook.nodeagent import unixsockets
 
 
 def test_plugin_started_before_the_kubelet_registers_once_it_appears(make_plugin, tmp_path):
@@ -76,7 +77,7 @@ def test_a_second_instance_is_refused_and_leaves_the_first_ones_socket(make_plug
         plugin.service,
         registration.RegistrationSettings(plugin.dir, "gpushare.sock", resources.GPU_MEMORY, poll_s=0.05),
     )
-    with pytest.raises(registration.AlreadyRunning, match=r"another gpushare device plugin serves .*\.lock"):
+    with pytest.raises(unixsockets.AlreadyRunning, match=r"another gpushare device plugin serves .*\.lock"):
         second.start()
     assert (plugin.dir / "gpushare.sock").exists()
     time.sleep(0.2)

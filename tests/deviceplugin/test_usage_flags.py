@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import serve_device_plugin
+from webhook.cli.serve import device_plugin as serve_device_plugin
 
 
 def test_usage_flags_become_settings():

@@ -12,7 +12,7 @@ import pytest
 
 from tests.deviceplugin.conftest import Start
 from tests.deviceplugin.placed import card_pod
-from webhook.cli import serve_device_plugin
+from webhook.cli.serve import device_plugin as serve_device_plugin
 from webhook.core.placement import modes
 from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer

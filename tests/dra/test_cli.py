@@ -15,7 +15,7 @@ from tests.dra import kubelet
 from tests.serving import scraped
 from tests.standins.loopback import free_port, http_status
 from webhook import __version__
-from webhook.cli import serve_dra_driver
+from webhook.cli.serve import dra_driver as serve_dra_driver
 from webhook.core.placement import modes
 
 

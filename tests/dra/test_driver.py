@@ -26,6 +26,7 @@ from webhook.dra.settings import DraSettings
 from webhook.gpus import inventory
 from webhook.gpus.inventory import fake_uuid
 from webhook.gpus.toolkitspecs import DeliverySettings
+from webhook.nodeagent import lifecycle
 
 NAME = draslice.slice_name(NODE, DRIVER)
 Start = Callable[..., app.Driver]
@@ -138,7 +139,7 @@ def test_the_driver_metrics_name_the_release_and_the_python_that_serve_them(star
 
 def test_a_second_instance_fails_to_start_naming_the_first(start):
     start()
-    with pytest.raises(app.StartError, match="another gpushare DRA driver serves"):
+    with pytest.raises(lifecycle.StartError, match="another gpushare DRA driver serves"):
         start()
 
 
@@ -146,7 +147,7 @@ def test_an_unreadable_checkpoint_stops_the_start(start, short_root):
     path = short_root / "plugins" / DRIVER / "checkpoint.json"
     path.parent.mkdir(parents=True)
     path.write_text("{")
-    with pytest.raises(app.StartError, match="is unreadable"):
+    with pytest.raises(lifecycle.StartError, match="is unreadable"):
         start()
 
 

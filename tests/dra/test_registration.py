@@ -16,6 +16,7 @@ from tests.dra.conftest import DRIVER, Claims
 from webhook.core.node import cdi, devices
 from webhook.dra import checkpoint, preparer, registration, server
 from webhook.dra.cdispecs import SpecFiles
+from webhook.nodeagent import unixsockets
 
 
 def _sockets(root: Path) -> registration.Sockets:
@@ -74,7 +75,7 @@ def test_a_removed_socket_is_served_again(driver_server, which):
 def test_a_second_instance_is_refused_naming_the_lock(driver_server, short_root):
     second = registration.DriverServer(_sockets(short_root), lambda s: None)
     with pytest.raises(
-        registration.AlreadyRunning, match=r"another gpushare DRA driver serves .*\.driver\.lock"
+        unixsockets.AlreadyRunning, match=r"another gpushare DRA driver serves .*\.driver\.lock"
     ):
         second.take_lock()
     kubelet.register(driver_server.sockets.registration_socket)  # the first one is undisturbed

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.extender.factory import pod
-from webhook.cli import serve_extender
+from webhook.cli.serve import extender as serve_extender
 from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as app_mod

@@ -30,7 +30,7 @@ from tests.extender.test_client_auth import (
     make_pki,
     seen_pod,
 )
-from webhook.cli import serve_extender
+from webhook.cli.serve import extender as serve_extender
 from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import forward

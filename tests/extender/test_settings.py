@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.cli import serve_extender
+from webhook.cli.serve import extender as serve_extender
 from webhook.extender import settings as ext_settings
 
 

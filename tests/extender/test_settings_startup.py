@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import exitcodes, serve_extender
+from webhook.cli import exitcodes
+from webhook.cli.serve import extender as serve_extender
 
 
 def test_no_kubeconfig_is_one_line_without_a_class_name(

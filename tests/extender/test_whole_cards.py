@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.extender.factory import FakeApi, node, pod
-from webhook.cli import serve_extender
+from webhook.cli.serve import extender as serve_extender
 from webhook.core.placement import allocator, modes
 from webhook.core.wire import resources
 from webhook.extender import scheduling, wire

@@ -20,10 +20,10 @@ from webhook.cli import exitcodes, progname
 
 # subcommand -> (module under webhook.cli, one-line summary)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "webhook": ("serve_webhook", "serve the admission webhook (HTTPS): /mutate, /validate"),
-    "extender": ("serve_extender", "serve the kube-scheduler extender: filter, prioritize, bind, inspect"),
-    "device-plugin": ("serve_device_plugin", "serve the kubelet device plugin for aliyun.com/gpu-mem"),
-    "dra-driver": ("serve_dra_driver", "serve the kubelet DRA driver: GPU-memory shares as ResourceClaims"),
+    "webhook": ("serve.webhook", "serve the admission webhook (HTTPS): /mutate, /validate"),
+    "extender": ("serve.extender", "serve the kube-scheduler extender: filter, prioritize, bind, inspect"),
+    "device-plugin": ("serve.device_plugin", "serve the kubelet device plugin for aliyun.com/gpu-mem"),
+    "dra-driver": ("serve.dra_driver", "serve the kubelet DRA driver: GPU-memory shares as ResourceClaims"),
     "certs": ("certs", "write a development CA and serving certificate"),
     "ensure-certs": ("ensure_certs", "in-cluster: keep the webhook's certificate Secret and caBundle paired"),
     "check": ("check", "check manifests offline with the webhook's rules"),

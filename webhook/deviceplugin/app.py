@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from http.server import ThreadingHTTPServer
 
-from webhook import __version__
-from webhook.core.node import cardviews, devicelist, devices
+from webhook.core.node import cardviews, devicelist
 from webhook.core.wire import resources
 from webhook.deviceplugin import (
     allocator,
@@ -23,38 +21,17 @@ from webhook.deviceplugin import (
     registration,
     server,
     state,
-    usagewiring,
     wholecards,
 )
-from webhook.deviceplugin.settings import DevicePluginSettings, SettingsError
-from webhook.gpus import health, inventory, toolkitspecs
-from webhook.kube import client, errors, rest, watch
-from webhook.serving import logs, probeserver, stopsignals
-from webhook.serving import server as http_server
+from webhook.deviceplugin.settings import DevicePluginSettings
+from webhook.deviceplugin.usage import pods as usagepods
+from webhook.deviceplugin.usage import wiring as usage
+from webhook.gpus import health, toolkitspecs
+from webhook.kube import rest, watch
+from webhook.nodeagent import lifecycle, nodelabels
+from webhook.nodeagent.lifecycle import StartError
 
 log = logging.getLogger(__name__)
-
-
-class StartError(Exception):
-    """The plugin cannot start: no GPUs, an unreadable inventory, an oversized device list, no API."""
-
-
-def build_inventory(settings: DevicePluginSettings) -> inventory.GpuInventory:
-    try:
-        return inventory.discover(settings.fake_gpus, settings.inventory_file)
-    except inventory.InventoryError as err:
-        raise StartError(str(err)) from None
-
-
-def _present(inv: inventory.GpuInventory) -> tuple[devices.Gpu, ...]:
-    try:
-        return inventory.present(inv)
-    except inventory.InventoryError as err:
-        raise StartError(str(err)) from None
-
-
-def health_watcher(settings: DevicePluginSettings, inv: inventory.GpuInventory) -> health.HealthWatcher:
-    return health.watcher(settings.health_file, inv, settings.health_recovery_s)
 
 
 class Plugin:
@@ -62,8 +39,7 @@ class Plugin:
         settings.validate()
         self.settings = settings
         try:
-            self.inventory = build_inventory(settings)
-            gpus = _present(self.inventory)
+            self.inventory, gpus = lifecycle.discover(settings)
         except StartError:
             _forget_gpus(settings)
             raise
@@ -74,28 +50,19 @@ class Plugin:
                 f"the device list would be {size} bytes, above {settings.max_list_bytes} (the kubelet "
                 "refuses messages over 4 MB): use --memory-unit GiB or a larger --mib-per-device"
             )
-        self.usage: usagewiring.Usage | None = None  # built below, once the API client exists
+        self.usage: usage.Usage | None = None  # built below, once the API client exists
         self.metrics = metrics.Metrics((settings.resource_name, settings.whole_card_resource))
         self.stop_event = threading.Event()
-        try:
-            self.api = client.connect(
-                client.ClientSettings(host=settings.api_host, kubeconfig=settings.kubeconfig)
-            )
-        except errors.ApiError as err:  # a kubeconfig or in-cluster configuration that cannot be used
-            raise StartError(err.message) from None
+        self.api = lifecycle.connect(settings)
         # How GPUs reach containers (env, CDI devices): logged, on /metrics and on the Node when it changes.
         self.observe_delivery = toolkitspecs.delivery_gauge(self.metrics.registry)
         self.specs = settings.delivery.specs(gpus, on_change=self._delivered)
         self.pods = podsource.PodStore()
-        self.labels = node.NodeLabels()
+        self.labels = nodelabels.NodeLabels(self.api, settings.node_name)
         self.mode = nodemode.NodeMode(self.state, settings.force_mps, settings.mps_dirs())
         self.labels.on_change(self.mode.labels_changed)
         self.marker = podsource.AssignMarker(self.api)
-        self.kubelet_pods = (
-            reconcile.PodResourcesClient(settings.pod_resources_socket, settings.resource_name)
-            if settings.pod_resources_socket
-            else None
-        )
+        self.kubelet_pods = self._pod_resources(settings.resource_name)
         self.allocator = allocator.Allocator(
             self.state,
             self.pods,
@@ -113,11 +80,7 @@ class Plugin:
         self.card_pods = podsource.PodStore(
             resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=cardviews.card_view
         )
-        self.card_kubelet = (
-            reconcile.PodResourcesClient(settings.pod_resources_socket, settings.whole_card_resource)
-            if settings.pod_resources_socket
-            else None
-        )
+        self.card_kubelet = self._pod_resources(settings.whole_card_resource)
         self.card_allocator = wholecards.CardAllocator(
             self.state,
             self.card_pods,
@@ -156,12 +119,11 @@ class Plugin:
             field_selector=f"spec.nodeName={settings.node_name}",
             name=f"pods on {settings.node_name}",
         )
-        self.node_watch = watch.one_node(self.api, settings.node_name, self._on_node_event)
         self.publisher = node.NodePublisher(
             self.api, settings.node_name, self.state, device_list=lambda: self.specs.delivery().mode
         )
         if settings.usage_interval_s:
-            self.usage = usagewiring.build(
+            self.usage = usage.build(
                 settings,
                 inv=self.inventory,
                 state=self.state,
@@ -169,7 +131,7 @@ class Plugin:
                 labels=lambda: self.labels.labels,
                 metrics=self.metrics,
             )
-        self.health = health_watcher(settings, self.inventory)
+        self.health = lifecycle.health_watcher(settings, self.inventory)
         self.health_thread: threading.Thread | None = None  # joined at stop, before NVML shuts down
         self.server = registration.PluginServer(
             self.service,
@@ -189,14 +151,24 @@ class Plugin:
                 settings.device_plugin_dir, settings.card_endpoint(), settings.whole_card_resource
             ),
         )
-        self.http: ThreadingHTTPServer | None = None
+        self.probes = lifecycle.Probes(
+            settings.health_port,
+            self.ready,
+            self.metrics.registry,
+            {"/usage": self.usage.route if self.usage else usage.off_route, "/metrics": self.metrics.scrape},
+        )
+
+    def _pod_resources(self, resource: str) -> reconcile.PodResourcesClient | None:
+        """The kubelet's list of `resource`'s devices per container; None when that socket is off."""
+        socket = self.settings.pod_resources_socket
+        return reconcile.PodResourcesClient(socket, resource) if socket else None
 
     def _delivered(self, delivery: devicelist.Delivery) -> None:
         self.observe_delivery(delivery)
         self.publisher.poke()  # the first decision comes in start(), the publisher made by then
 
     def _on_pod_event(self, event: watch.WatchEvent) -> None:
-        stores: list[podsource.PodStore | usagewiring.PodSharesStore] = [self.pods, self.card_pods]
+        stores: list[podsource.PodStore | usagepods.PodSharesStore] = [self.pods, self.card_pods]
         if self.usage is not None:
             stores.append(self.usage.pods)
         for store in stores:
@@ -205,48 +177,25 @@ class Plugin:
             elif event.object is not None:
                 store.apply(event.type, event.object)
 
-    def _on_node_event(self, event: watch.WatchEvent) -> None:
-        if event.type == watch.RESYNC:
-            for obj in event.objects[:1]:
-                self.labels.apply(watch.ADDED, obj)
-        elif event.object is not None:
-            self.labels.apply(event.type, event.object)
-
     def ready(self) -> bool:
         registered = self.server.registered.is_set() and self.card_server.registered.is_set()
         return registered and self.pods.synced.is_set()
 
     def start(self) -> Plugin:
-        try:
-            # First: a busy port fails before anything is registered with the kubelet or left behind in
-            # its folder. /healthz answers 503 until the plugin is registered with its pods listed.
-            if self.settings.health_port:
-                routes = {
-                    "/usage": self.usage.route if self.usage else usagewiring.off_route,
-                    "/metrics": self.metrics.scrape,
-                }
-                self.http = probeserver.serve(
-                    self.settings.health_port, self.ready, self.metrics.registry, routes
-                )
-            self.server.take_lock()  # before anything a second instance would disturb
-            self.card_server.take_lock()
-        except (registration.AlreadyRunning, http_server.ServeError) as err:
-            if self.http is not None:
-                self.http.shutdown()
-                self.http.server_close()
-            self.marker.stop()  # nothing else was started
-            self.api.close()  # type: ignore[no-untyped-call]
-            raise StartError(str(err)) from None
+        # /healthz answers 503 until the plugin is registered with its pods listed.
+        lifecycle.claim(
+            self.probes, (self.server.take_lock, self.card_server.take_lock), undo=self._close_early
+        )
         self.specs.delivery()  # decided (and logged) before the first Allocate or Node publish
         self.pod_watch.start()
-        self.node_watch.start()
+        self.labels.watch.start()
         self.publisher.start()
         self.health_thread = health.start(self.health, self.stop_event, self.state.set_unhealthy)
         # Serve only once the pods of this node are known, so the first Allocate finds them; the docs
         # promise exit 1 when the API cannot be reached, not a plugin that never matches a pod. The
         # node's labels first decide whether anything is advertised at all (its mode).
         if not (
-            self.node_watch.wait_synced(self.settings.api_timeout_s)
+            self.labels.watch.wait_synced(self.settings.api_timeout_s)
             and self.pod_watch.wait_synced(self.settings.api_timeout_s)
         ):
             self.stop()
@@ -264,11 +213,13 @@ class Plugin:
         self.card_server.start()
         return self
 
+    def _close_early(self) -> None:
+        self.marker.stop()  # nothing else was started
+        self.api.close()  # type: ignore[no-untyped-call]
+
     def stop(self) -> None:
         self.stop_event.set()
-        if self.http is not None:
-            self.http.shutdown()
-            self.http.server_close()
+        self.probes.close()
         self.server.stop()
         self.card_server.stop()
         if self.reconciler is not None:
@@ -277,21 +228,17 @@ class Plugin:
             self.usage.stop()  # before the inventory closes NVML
         self.publisher.stop()
         self.pod_watch.stop()
-        self.node_watch.stop()
+        self.labels.watch.stop()
         self.marker.join(5)
         self.marker.stop()
-        health.join(self.health_thread)
-        close = getattr(self.inventory, "close", None)
-        if close is not None:
-            close()
-        self.api.close()  # type: ignore[no-untyped-call]
+        lifecycle.close(self.health_thread, self.inventory, self.api)
 
 
 def _forget_gpus(settings: DevicePluginSettings) -> None:
     """No GPUs (any more): remove this node's GPU type labels before exiting, when the API is reachable."""
     try:
-        api = client.connect(client.ClientSettings(host=settings.api_host, kubeconfig=settings.kubeconfig))
-    except errors.ApiError:
+        api = lifecycle.connect(settings)
+    except StartError:
         return
     try:
         node.forget_gpus(api, settings.node_name)
@@ -300,20 +247,5 @@ def _forget_gpus(settings: DevicePluginSettings) -> None:
 
 
 def run(settings: DevicePluginSettings) -> int:
-    logs.configure(settings.log_level, settings.log_format)
-    try:
-        plugin = Plugin(settings).start()
-    except SettingsError as err:
-        raise StartError(str(err)) from None
-    except OSError as err:
-        raise StartError(f"cannot serve: {err}") from None
-    stop = stopsignals.event()
-    log.info(
-        "gpushare %s: device plugin for %s running on node %s",
-        __version__,
-        settings.resource_name,
-        settings.node_name,
-    )
-    stop.wait()
-    plugin.stop()
-    return 0
+    what = f"device plugin for {settings.resource_name}"
+    return lifecycle.run(lambda: Plugin(settings).start(), settings, log, what)

@@ -1,86 +1,75 @@
 """The device plugin's /metrics: the build it runs (`gpushare_build_info`), Allocate and reconciliation
 counts by `resource` (both endpoints share them), the usage poll's count and cost, over-share Events and
-evictions, and the usage series (deviceplugin/usagemetrics.py). Those are rendered once per poll, on the
+evictions, and the usage series (deviceplugin/usage/series.py). Those are rendered once per poll, on the
 poller's thread, and appended at each scrape: 8 GPUs and 100 containers are ~500 series, 4 ms to format,
 which a scrape then never pays."""
 
 from __future__ import annotations
 
+import itertools
+
 import prometheus_client
 
 from webhook.core.usage import usage
-from webhook.deviceplugin import overshareactions, server, usagemetrics, usagepoller
-from webhook.serving import buildinfo, probeserver
+from webhook.deviceplugin import server
+from webhook.deviceplugin.usage import overshareactions, poller, series
+from webhook.nodeagent.metrics import AgentMetrics
+from webhook.serving import probeserver
 
 TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class Metrics(server.Observer, usagepoller.Observer, overshareactions.Observer):
+class Metrics(AgentMetrics, server.Observer, poller.Observer, overshareactions.Observer):
     def __init__(self, resource_names: tuple[str, ...]) -> None:
-        self.registry = prometheus_client.CollectorRegistry()
-        buildinfo.register(self.registry)
+        super().__init__()
         self._usage_text = b""  # the latest report's series, rendered by `reported`
-        self.allocations = prometheus_client.Counter(
+        results = ("ok", "failed")
+        self.allocations = self.counter(
             "gpushare_device_plugin_allocations",
             "Allocate calls by resource and result",
             ["resource", "result"],
-            registry=self.registry,
+            zero=itertools.product(resource_names, ("ok", "refused")),
         )
-        self.latency = prometheus_client.Histogram(
+        self.latency = self.histogram(
             "gpushare_device_plugin_allocate_seconds",
             "Allocate latency by resource",
             ["resource"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1, 5),
-            registry=self.registry,
         )
-        self.list_bytes = prometheus_client.Gauge(
-            "gpushare_device_plugin_list_bytes",
-            "Size of the last ListAndWatch message",
-            registry=self.registry,
+        self.list_bytes = self.gauge(
+            "gpushare_device_plugin_list_bytes", "Size of the last ListAndWatch message"
         )
-        self.corrections = prometheus_client.Counter(
+        self.corrections = self.counter(
             "gpushare_device_plugin_annotation_corrections",
             "Containers whose placement annotations were corrected to the GPUs the kubelet's devices show",
             ["resource"],
-            registry=self.registry,
+            zero=[(name,) for name in resource_names],
         )
-        self.polls = prometheus_client.Counter(
+        self.polls = self.counter(
             "gpushare_device_plugin_usage_polls",
             "GPU usage polls by result",
             ["result"],
-            registry=self.registry,
+            zero=[(r,) for r in results],
         )
-        self.poll_seconds = prometheus_client.Gauge(
-            "gpushare_device_plugin_usage_poll_seconds",
-            "Wall time of the last GPU usage poll",
-            registry=self.registry,
+        self.poll_seconds = self.gauge(
+            "gpushare_device_plugin_usage_poll_seconds", "Wall time of the last GPU usage poll"
         )
-        self.poll_cpu = prometheus_client.Counter(
+        self.poll_cpu = self.counter(
             "gpushare_device_plugin_usage_poll_cpu_seconds",
             "CPU time spent polling GPU usage (NVML, cgroups, matching)",
-            registry=self.registry,
         )
-        self.events = prometheus_client.Counter(
+        self.events = self.counter(
             "gpushare_device_plugin_overshare_events",
             "Over-share Events recorded on pods, by result",
             ["result"],
-            registry=self.registry,
+            zero=[(r,) for r in results],
         )
-        self.evictions = prometheus_client.Counter(
+        self.evictions = self.counter(
             "gpushare_device_plugin_overshare_evictions",
             "Evictions of pods over their GPU memory share (opt-in), by result",
             ["result"],
-            registry=self.registry,
+            zero=[(r,) for r in ("evicted", "refused", "failed")],
         )
-        for name in resource_names:  # exported at 0 from the start, not only after the first event
-            self.corrections.labels(name)
-            for result in ("ok", "refused"):
-                self.allocations.labels(name, result)
-        for result in ("ok", "failed"):
-            self.polls.labels(result)
-            self.events.labels(result)
-        for result in ("evicted", "refused", "failed"):
-            self.evictions.labels(result)
 
     def allocated(self, resource: str, seconds: float, ok: bool) -> None:
         self.allocations.labels(resource, "ok" if ok else "refused").inc()
@@ -105,7 +94,7 @@ class Metrics(server.Observer, usagepoller.Observer, overshareactions.Observer):
 
     def reported(self, report: usage.NodeUsage) -> None:
         registry = prometheus_client.CollectorRegistry()
-        registry.register(usagemetrics.UsageCollector(lambda: report))
+        registry.register(series.UsageCollector(lambda: report))
         self._usage_text = prometheus_client.generate_latest(registry)  # replaced whole: scrapes see one
 
     def render(self) -> bytes:

@@ -1,4 +1,4 @@
-"""What the plugin publishes on its Node, and the node labels it reads.
+"""What the plugin publishes on its Node.
 
 Publishes `aliyun.com/gpu-count` in status capacity/allocatable (the kubelet keeps extended resources it
 does not own; 0 while the node's mode advertises no shares), each GPU's memory and health as JSON in the
@@ -9,43 +9,16 @@ and the GPU type labels (core/node/gpulabels.py). Re-publishes on every health o
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 import kubernetes.client
 
 from webhook.core.node import gpulabels
 from webhook.core.wire import resources
 from webhook.deviceplugin.state import DeviceState
-from webhook.kube import errors, pods
+from webhook.kube import errors, pods, rounds
 
 log = logging.getLogger(__name__)
-
-
-class NodeLabels:
-    """The node's labels from its watch; `isolation_disabled` is the CGPU_DISABLE switch, read at each
-    Allocate, so a label change applies to the next container without a restart."""
-
-    def __init__(self) -> None:
-        self.labels: Mapping[str, str] = {}
-        self._listeners: list[Callable[[Mapping[str, str]], None]] = []
-
-    def on_change(self, listener: Callable[[Mapping[str, str]], None]) -> None:
-        self._listeners.append(listener)
-
-    def apply(self, kind: str, node: Mapping[str, Any]) -> None:
-        if kind == "DELETED":
-            return
-        labels = dict((node.get("metadata") or {}).get("labels") or {})
-        if labels == self.labels:
-            return
-        self.labels = labels
-        for listener in self._listeners:
-            listener(labels)
-
-    def isolation_disabled(self) -> bool:
-        return str(self.labels.get(resources.ISOLATION_KEY, "")).strip().lower() == "true"
 
 
 class NodePublisher:
@@ -68,24 +41,20 @@ class NodePublisher:
         self.refresh_s = refresh_s
         self.retry_s = retry_s
         self.published = 0
-        self._dirty = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="node-publisher", daemon=True)
-        state.on_change(self._dirty.set)
+        self._rounds = rounds.Rounds("node-publisher", self._round, period_s=refresh_s)
+        state.on_change(self.poke)
 
     def poke(self) -> None:
         """Publish again soon (what the node hands out changed)."""
-        self._dirty.set()
+        self._rounds.poke()
 
     def start(self) -> NodePublisher:
-        self._dirty.set()
-        self._thread.start()
+        self.poke()
+        self._rounds.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._dirty.set()
-        self._thread.join(timeout=5)
+        self._rounds.stop()
 
     def publish(self) -> None:
         """One round: status, then annotation. Raises errors.ApiError."""
@@ -111,20 +80,14 @@ class NodePublisher:
         )
         self.published += 1
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self._dirty.wait(self.refresh_s):
-                self._dirty.set()  # periodic refresh, e.g. after the Node object was recreated
-            if self._stop.is_set():
-                return
-            self._dirty.clear()
-            try:
-                self.publish()
-                log.info("published %d GPUs on node %s", len(self.state.gpus), self.node_name)
-            except errors.ApiError as err:
-                log.warning("publishing GPUs on node %s failed: %s; retrying", self.node_name, err)
-                self._dirty.set()
-                self._stop.wait(self.retry_s)
+    def _round(self) -> None:
+        # Also every `refresh_s` unpoked: the Node object may have been recreated.
+        try:
+            self.publish()
+            log.info("published %d GPUs on node %s", len(self.state.gpus), self.node_name)
+        except errors.ApiError as err:
+            log.warning("publishing GPUs on node %s failed: %s; retrying", self.node_name, err)
+            self._rounds.again(self.retry_s)
 
 
 def forget_gpus(api: kubernetes.client.ApiClient, node_name: str) -> None:

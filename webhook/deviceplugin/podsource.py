@@ -12,6 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kubernetes.client
@@ -94,6 +95,7 @@ class PodStore:
             return self._changed.wait_for(lambda: self.version != version, timeout)
 
 
+@dataclass(eq=False)
 class AssignMarker:
     """Writes the `assigned` annotations in a background thread, so Allocate never waits on the API;
     writes wait for `quiet_s` without new marks (at most 1 s), so they do not compete with a burst.
@@ -102,19 +104,13 @@ class AssignMarker:
     transport errors back off and retry; 404 means the pod is gone and there is nothing to mark.
     """
 
-    def __init__(
-        self,
-        api: kubernetes.client.ApiClient,
-        attempts: int = 8,
-        backoff_s: float = 0.05,
-        quiet_s: float = 0.05,
-        clock_ns: Callable[[], int] = time.time_ns,
-    ) -> None:
-        self.api = api
-        self.attempts = attempts
-        self.backoff_s = backoff_s
-        self.quiet_s = quiet_s
-        self.clock_ns = clock_ns
+    api: kubernetes.client.ApiClient
+    attempts: int = 8
+    backoff_s: float = 0.05
+    quiet_s: float = 0.05
+    clock_ns: Callable[[], int] = time.time_ns
+
+    def __post_init__(self) -> None:
         self._last_mark = 0.0
         self.failed: list[str] = []  # pods given up on, for metrics and tests
         self._queue: queue.Queue[podviews.PodView | None] = queue.Queue()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ import kubernetes.client
 from webhook.core.node import matching
 from webhook.deviceplugin import server
 from webhook.deviceplugin.podresources.v1 import api_pb2, api_pb2_grpc
-from webhook.kube import errors, pods
+from webhook.kube import errors, pods, rounds
 
 log = logging.getLogger(__name__)
 
@@ -123,29 +122,21 @@ class Reconciler:
         self.round_done = threading.Condition()
         self._round = threading.Lock()  # the loop and a caller (start, tests) never run at once
         self._written: dict[str, Mapping[str, str]] = {}  # pod uid -> the correction last written
-        self._poked = threading.Event()
-        self._last_poke = 0.0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pod-resources", daemon=True)
+        # After a poke, a round waits for `delay_s` without Allocates (at most 5 s): the List and the sync
+        # would take the GIL from an admission burst, which needs no reconciling while it goes well.
+        self._rounds = rounds.Rounds("pod-resources", self.run_once, period_s=period_s, quiet_s=delay_s)
 
     def start(self) -> Reconciler:
-        self._thread.start()
+        self._rounds.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._poked.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._rounds.stop()
         for source in self.sources:
             source.client.close()
 
     def poke(self) -> None:
-        # Only the first poke of a burst wakes the thread: a wake-up per Allocate would take the GIL
-        # from the next Allocate.
-        self._last_poke = time.monotonic()
-        if not self._poked.is_set():
-            self._poked.set()
+        self._rounds.poke()
 
     def run_once(self) -> bool:
         """One round; False when the kubelet could not be asked (for any resource)."""
@@ -182,19 +173,3 @@ class Reconciler:
             self.corrections += len(fix.containers)
             self.observer.corrected(resource, len(fix.containers))
         return True
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._poked.wait(self.period_s)
-            # After a poke, wait for `delay_s` without Allocates (at most 5 s): the List and the sync
-            # would take the GIL from an admission burst, which needs no reconciling while it goes well.
-            give_up = time.monotonic() + 5
-            while not self._stop.is_set() and time.monotonic() < give_up:
-                quiet = time.monotonic() - self._last_poke
-                if quiet >= self.delay_s:
-                    break
-                self._stop.wait(self.delay_s - quiet)
-            self._poked.clear()
-            if self._stop.is_set():
-                return
-            self.run_once()

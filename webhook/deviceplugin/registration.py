@@ -10,10 +10,8 @@ beside the socket keeps a second plugin instance from deleting the first one's s
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -23,13 +21,14 @@ import grpc
 from webhook.deviceplugin import server
 from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.v1beta1 import api_pb2, api_pb2_grpc
+from webhook.kube import rounds
+from webhook.nodeagent import unixsockets
 from webhook.serving import socketfiles
 
 log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
-MAX_SOCKET_PATH = 107  # sizeof(sockaddr_un.sun_path) on Linux, less the terminating NUL
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +55,6 @@ class Service(Protocol):
     def state(self) -> DeviceState: ...
 
 
-class AlreadyRunning(Exception):
-    """Another plugin instance serves this socket (it holds the lock file beside it)."""
-
-
 class PluginServer:
     """Owns the gRPC server instance and the register/restart loop (`start`, `stop`)."""
 
@@ -70,19 +65,21 @@ class PluginServer:
         self.kubelet_socket = settings.plugin_dir / KUBELET_SOCKET
         self.registered = threading.Event()
         self.registrations = 0
-        self._stop = threading.Event()
-        self.lock_path = settings.plugin_dir / f".{settings.endpoint}.lock"
-        self._lock = socketfiles.InstanceLock(self.lock_path, 0o644)
+        self.lock = unixsockets.SocketLock(
+            settings.plugin_dir / f".{settings.endpoint}.lock",
+            0o644,
+            agent="device plugin",
+            serves=self.socket,
+        )
         self._server: grpc.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._rounds = rounds.Rounds("device-plugin-registration", self._round, period_s=settings.poll_s)
+        self._kubelet: tuple[int, int] | None = None  # kubelet.sock as we registered with it
+        self._backoff = settings.poll_s
+        self._missing_since = time.monotonic()
 
     def take_lock(self) -> None:
         """Raise AlreadyRunning when another instance serves our socket (done by `start` too)."""
-        if not self._lock.acquire():
-            raise AlreadyRunning(
-                f"another gpushare device plugin serves {self.socket} (it holds {self.lock_path}); "
-                "stop it first: two instances would delete each other's socket"
-            )
+        self.lock.take()
 
     def start(self) -> PluginServer:
         self.take_lock()
@@ -94,41 +91,26 @@ class PluginServer:
                 self.settings.plugin_dir,
             )
         self._serve()
-        self._thread = threading.Thread(
-            target=self._lifecycle, name="device-plugin-registration", daemon=True
-        )
-        self._thread.start()
+        self._missing_since = time.monotonic()
+        self._rounds.poke()
+        self._rounds.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._rounds.stop(timeout=10)
         self._shutdown()
-        self._lock.release()
+        self.lock.release()
 
     def _serve(self) -> None:
         self._shutdown()
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        self.socket.unlink(missing_ok=True)  # a stale socket from a previous run
         self.service.stopping.clear()
-        srv = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.settings.workers, thread_name_prefix="dp")
+        self._server = unixsockets.serve(
+            self.socket,
+            lambda srv: api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, srv),  # type: ignore[no-untyped-call]
+            workers=self.settings.workers,
+            prefix="dp",
+            shorter="--device-plugin-dir",
         )
-        api_pb2_grpc.add_DevicePluginServicer_to_server(self.service, srv)  # type: ignore[no-untyped-call]
-        try:
-            srv.add_insecure_port(f"unix://{self.socket}")
-        except RuntimeError:
-            # gRPC only says "Failed to bind"; a path over the kernel's sun_path limit is the usual cause.
-            size = len(os.fsencode(self.socket))
-            raise OSError(
-                f"cannot create the socket {self.socket} ({size} bytes; a unix socket path holds at most "
-                f"{MAX_SOCKET_PATH}): use a shorter --device-plugin-dir"
-                if size > MAX_SOCKET_PATH
-                else f"cannot create the socket {self.socket}"
-            ) from None
-        srv.start()
-        self._server = srv
         self._served = socketfiles.identity(self.socket)
         log.info("serving the device plugin on %s", self.socket)
 
@@ -138,7 +120,7 @@ class PluginServer:
             return
         self.service.stopping.set()
         self.service.state.wake()
-        srv.stop(self.settings.stop_grace_s).wait(self.settings.stop_grace_s + 5)
+        unixsockets.stop(srv, self.settings.stop_grace_s)
 
     def _register(self) -> None:
         options = server.OPTIONS
@@ -152,38 +134,33 @@ class PluginServer:
             stub = api_pb2_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
             stub.Register(request, timeout=self.settings.register_timeout_s)
 
-    def _lifecycle(self) -> None:
-        kubelet: tuple[int, int] | None = None
-        backoff = self.settings.poll_s
-        missing_since = time.monotonic()
-        while not self._stop.is_set():
-            if not self.registered.is_set():
-                current = socketfiles.identity(self.kubelet_socket)
-                if current is None and time.monotonic() - missing_since >= self.settings.missing_log_s:
-                    log.warning("still waiting for the kubelet socket %s to appear", self.kubelet_socket)
-                    missing_since = time.monotonic()
-                if current is not None:
-                    # A starting kubelet deletes every socket before it creates kubelet.sock: once that
-                    # exists, serve again if ours is gone, or the kubelet could never dial back.
-                    if socketfiles.identity(self.socket) != self._served:
-                        self._serve()
-                    try:
-                        self._register()
-                    except grpc.RpcError as err:
-                        log.warning("Register with the kubelet failed: %s", _describe(err))
-                        self._stop.wait(backoff)
-                        backoff = min(backoff * 2, 10.0)
-                        continue
-                    kubelet, backoff = current, self.settings.poll_s
-                    self.registrations += 1
-                    self.registered.set()
-                    log.info("registered %s with the kubelet", self.settings.resource_name)
-            elif why := self._lost(kubelet):
-                log.warning("%s: serving again and re-registering once kubelet.sock is there", why)
-                self.registered.clear()
-                missing_since = time.monotonic()
-                continue
-            self._stop.wait(self.settings.poll_s)
+    def _round(self) -> None:
+        if not self.registered.is_set():
+            current = socketfiles.identity(self.kubelet_socket)
+            if current is None and time.monotonic() - self._missing_since >= self.settings.missing_log_s:
+                log.warning("still waiting for the kubelet socket %s to appear", self.kubelet_socket)
+                self._missing_since = time.monotonic()
+            if current is not None:
+                # A starting kubelet deletes every socket before it creates kubelet.sock: once that
+                # exists, serve again if ours is gone, or the kubelet could never dial back.
+                if socketfiles.identity(self.socket) != self._served:
+                    self._serve()
+                try:
+                    self._register()
+                except grpc.RpcError as err:
+                    log.warning("Register with the kubelet failed: %s", _describe(err))
+                    backoff, self._backoff = self._backoff, min(self._backoff * 2, 10.0)
+                    self._rounds.again(backoff)
+                    return
+                self._kubelet, self._backoff = current, self.settings.poll_s
+                self.registrations += 1
+                self.registered.set()
+                log.info("registered %s with the kubelet", self.settings.resource_name)
+        elif why := self._lost(self._kubelet):
+            log.warning("%s: serving again and re-registering once kubelet.sock is there", why)
+            self.registered.clear()
+            self._missing_since = time.monotonic()
+            self._rounds.again()
 
     def _lost(self, kubelet: tuple[int, int] | None) -> str:
         """Why the registration no longer holds ("" while it does)."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core.node import devices, mps
 from webhook.core.placement import wholecards
 from webhook.core.wire import resources
-from webhook.gpus import toolkitspecs
+from webhook.nodeagent.settings import NodeAgentSettings, SettingsError
 
 DEFAULT_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
 DEFAULT_ENDPOINT = "aliyun-gpushare.sock"
@@ -18,34 +17,18 @@ DEFAULT_PROC_ROOT = Path("/proc")
 MAX_SECONDS = 86400.0  # a day: the longest poll interval, grace or Event interval that makes sense
 
 
-class SettingsError(ValueError):
-    """A setting that cannot work; the message names the flag."""
-
-
 @dataclass(frozen=True, slots=True)
-class DevicePluginSettings:
-    node_name: str
-    memory_unit: str = "GiB"
-    mib_per_device: int | None = None  # MiB mode only; default devices.DEFAULT_MIB_PER_DEVICE
-    fake_gpus: str = ""  # "0:16,1:16,2:24"
-    inventory_file: Path | None = None  # YAML/JSON fake inventory
-    health_file: Path | None = None  # unhealthy GPU indexes, e.g. "0,2" (fake inventories)
-    health_recovery_s: float = 60.0  # NVML: healthy again after this long without XID and a good probe
+class DevicePluginSettings(NodeAgentSettings):
+    # mib_per_device (MiB mode) defaults to devices.DEFAULT_MIB_PER_DEVICE; api_timeout_s bounds the first
+    # list of this node's pods.
     device_plugin_dir: Path = DEFAULT_PLUGIN_DIR
     endpoint: str = DEFAULT_ENDPOINT
     resource_name: str = resources.GPU_MEMORY
     whole_card_resource: str = resources.NVIDIA_GPU  # served beside gpu-mem, on its own endpoint
-    kubeconfig: str = ""
-    api_host: str = ""  # explicit API URL (tests, local runs); wins over kubeconfig
-    health_port: int = 0  # /healthz and /metrics on every address (IPv6 and IPv4), this port; 0 = off
     allocate_wait_s: float = 3.0  # how long Allocate waits for the pod watch to show the pod
     pod_resources_socket: Path | None = DEFAULT_POD_RESOURCES  # kubelet PodResources API; None = off
     reconcile_s: float = 30.0  # reconcile with PodResources this often (and right after Allocates)
-    api_timeout_s: float = 30.0  # exit 1 when the first list of this node's pods fails this long
     max_list_bytes: int = 2 * 1024 * 1024  # refuse to start above this ListAndWatch size (kubelet: 4 MB)
-    force_mps: bool = False  # --mps: MPS env and mounts on every sharing node, not only on mode mps
-    mps_pipe_dir: str = mps.DEFAULT_PIPE_DIRECTORY
-    mps_log_dir: str = mps.DEFAULT_LOG_DIRECTORY
     # GPU usage (docs/device-plugin.md, "GPU usage and over-share"): poll every usage_interval_s (0 = off).
     usage_interval_s: float = 10.0
     proc_root: Path = DEFAULT_PROC_ROOT  # the host's /proc (NVML reports host PIDs)
@@ -53,33 +36,18 @@ class DevicePluginSettings:
     overshare_grace_s: float = 60.0  # above its share this long before it counts as over-share
     overshare_event_interval_s: float = 600.0  # at most one Event per container this often
     overshare_evict: bool = False  # opt-in: evict pods over their share on nodes labelled share
-    # How GPUs reach containers: NVIDIA_VISIBLE_DEVICES and/or the toolkit's CDI devices (docs/cdi.md).
-    delivery: toolkitspecs.DeliverySettings = field(default_factory=toolkitspecs.DeliverySettings)
-    log_level: str = "info"
-    log_format: str = "json"
-
-    def granularity(self) -> devices.Granularity:
-        try:
-            return devices.Granularity.parse(self.memory_unit, self.mib_per_device)
-        except devices.DeviceError as err:
-            raise SettingsError(f"--memory-unit/--mib-per-device: {err}") from None
 
     def validate(self) -> DevicePluginSettings:
-        if not self.node_name:
-            raise SettingsError("the node name is required: set NODE_NAME (downward API spec.nodeName)")
-        if self.fake_gpus and self.inventory_file:
-            raise SettingsError("--fake-gpus and --inventory-file are exclusive")
+        self.check_node()
+        self.check_inventory()
         if "/" in self.endpoint or not self.endpoint.endswith(".sock"):
             raise SettingsError(f"--endpoint {self.endpoint!r} must be a socket file name ending in .sock")
         if self.allocate_wait_s < 0 or self.health_recovery_s <= 0:
             raise SettingsError("--allocate-wait must be >= 0 and --health-recovery > 0 seconds")
         if self.api_timeout_s <= 0 or self.reconcile_s <= 0:
             raise SettingsError("--api-timeout and --reconcile-period must be > 0 seconds")
-        if not 0 <= self.health_port <= 65535:
-            raise SettingsError(f"--health-port {self.health_port} is not a port")
-        for flag, value in (("--mps-pipe-dir", self.mps_pipe_dir), ("--mps-log-dir", self.mps_log_dir)):
-            if not value.startswith("/") or ":" in value or "," in value:
-                raise SettingsError(f"{flag} {value!r} must be an absolute host path without ':' or ','")
+        self.check_port()
+        self.check_mps_dirs()
         try:
             wholecards.resource_name(self.whole_card_resource)
         except ValueError as err:
@@ -87,11 +55,7 @@ class DevicePluginSettings:
         if self.whole_card_resource == self.resource_name:
             raise SettingsError(f"--whole-card-resource must differ from {self.resource_name}")
         self._validate_usage()
-        try:
-            self.delivery.check()
-        except ValueError as err:
-            raise SettingsError(str(err)) from None
-        self.granularity()
+        self.check_delivery()
         return self
 
     def _validate_usage(self) -> None:
@@ -117,6 +81,3 @@ class DevicePluginSettings:
     def card_endpoint(self) -> str:
         """The whole-card endpoint's socket, named after `endpoint` (one endpoint per resource)."""
         return f"{self.endpoint.removesuffix('.sock')}-wholecard.sock"
-
-    def mps_dirs(self) -> mps.MpsDirs:
-        return mps.MpsDirs(self.mps_pipe_dir, self.mps_log_dir)

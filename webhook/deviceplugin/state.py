@@ -32,16 +32,7 @@ class DeviceState:
 
     def set_unhealthy(self, indexes: Iterable[int]) -> None:
         known = {g.index for g in self.gpus}
-        new = frozenset(i for i in indexes if i in known)
-        with self._changed:
-            if new == self._unhealthy:
-                return
-            self._unhealthy = new
-            self._version += 1
-            self._changed.notify_all()
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener()
+        self._change(unhealthy=frozenset(i for i in indexes if i in known))
 
     @property
     def advertised(self) -> bool:
@@ -49,10 +40,18 @@ class DeviceState:
 
     def set_advertised(self, advertised: bool) -> None:
         """Advertise the devices or an empty list; streams and the node publisher follow at once."""
+        self._change(advertised=advertised)
+
+    def _change(self, *, unhealthy: frozenset[int] | None = None, advertised: bool | None = None) -> None:
+        """Apply what is given; when anything changed, a new version wakes the streams and listeners."""
         with self._changed:
-            if advertised == self._advertised:
+            now = (
+                self._unhealthy if unhealthy is None else unhealthy,
+                self._advertised if advertised is None else advertised,
+            )
+            if now == (self._unhealthy, self._advertised):
                 return
-            self._advertised = advertised
+            self._unhealthy, self._advertised = now
             self._version += 1
             self._changed.notify_all()
             listeners = list(self._listeners)

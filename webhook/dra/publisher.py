@@ -18,7 +18,7 @@ import kubernetes.client
 
 from webhook.core.node import devices, draslice
 from webhook.dra.nodemode import NodeMode
-from webhook.kube import draobjects, errors, watch
+from webhook.kube import draobjects, errors, rounds, watch
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +50,7 @@ class SlicePublisher:
         self.synced = threading.Event()  # set after the first round that succeeded
         self._unhealthy: frozenset[int] = frozenset()
         self._generation = 0
-        self._dirty = threading.Event()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="resource-slice", daemon=True)
+        self._rounds = rounds.Rounds("resource-slice", self._round, period_s=resync_s)
 
     @property
     def field_selector(self) -> str:
@@ -66,21 +64,18 @@ class SlicePublisher:
         self.poke()
 
     def poke(self) -> None:
-        self._dirty.set()
+        self._rounds.poke()
 
     def on_slice_event(self, event: watch.WatchEvent) -> None:
         self.poke()
 
     def start(self) -> SlicePublisher:
-        self._dirty.set()
-        self._thread.start()
+        self.poke()
+        self._rounds.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._dirty.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=10)
+        self._rounds.stop(timeout=10)
 
     def devices(self) -> list[dict[str, object]]:
         if not self.mode.serving.serves:
@@ -159,19 +154,12 @@ class SlicePublisher:
                 draobjects.delete_slice(self.api, name)
                 log.info("deleted ResourceSlice %s, an older slice of this driver on this node", name)
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if not self._dirty.wait(self.resync_s):
-                self._dirty.set()
-            if self._stop.is_set():
-                return
-            self._dirty.clear()
-            try:
-                self.publish()
-                self.synced.set()
-            except errors.ConflictError:
-                self._dirty.set()  # written between our read and write: read again at once
-            except errors.ApiError as err:
-                log.warning("publishing ResourceSlice %s failed: %s; retrying", self.name, err)
-                self._dirty.set()
-                self._stop.wait(self.retry_s)
+    def _round(self) -> None:
+        try:
+            self.publish()
+            self.synced.set()
+        except errors.ConflictError:
+            self._rounds.again()  # written between our read and write: read again at once
+        except errors.ApiError as err:
+            log.warning("publishing ResourceSlice %s failed: %s; retrying", self.name, err)
+            self._rounds.again(self.retry_s)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,15 +22,13 @@ import grpc
 from webhook.dra import healthstream, server
 from webhook.dra.pluginregistration.v1 import api_pb2 as reg_pb2
 from webhook.dra.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from webhook.kube import rounds
+from webhook.nodeagent import unixsockets
 from webhook.serving import socketfiles
 
 log = logging.getLogger(__name__)
 
 PLUGIN_TYPE = "DRAPlugin"  # k8s.io/kubelet/pkg/apis/pluginregistration/v1 constants.go
-
-
-class AlreadyRunning(Exception):
-    """Another instance of this driver serves these sockets (it holds the lock file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +79,17 @@ class DriverServer:
         self.sockets = sockets
         self.add_services = add_services
         self.registration = RegistrationService(sockets)
-        self.lock_path = sockets.dra_socket.with_name(".driver.lock")
-        self._lock = socketfiles.InstanceLock(self.lock_path, 0o600)
+        self.lock = unixsockets.SocketLock(
+            sockets.dra_socket.with_name(".driver.lock"),
+            0o600,
+            agent="DRA driver",
+            serves=sockets.dra_socket,
+            sockets="sockets",
+        )
         self._dra: grpc.Server | None = None
         self._reg: grpc.Server | None = None
         self._served: dict[Path, tuple[int, int] | None] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._rounds = rounds.Rounds("dra-sockets", self._check, period_s=sockets.poll_s)
 
     @property
     def registered(self) -> threading.Event:
@@ -96,27 +97,20 @@ class DriverServer:
 
     def take_lock(self) -> None:
         """Raise AlreadyRunning when another instance holds our folder (done by `start` too)."""
-        if not self._lock.acquire():
-            raise AlreadyRunning(
-                f"another gpushare DRA driver serves {self.sockets.dra_socket} (it holds {self.lock_path}); "
-                "stop it first: two instances would delete each other's sockets"
-            )
+        self.lock.take()
 
     def start(self) -> DriverServer:
         self.take_lock()
         self._serve_all()
-        self._thread = threading.Thread(target=self._watch, name="dra-sockets", daemon=True)
-        self._thread.start()
+        self._rounds.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._rounds.stop(timeout=10)
         self._shutdown()
         for path in (self.sockets.registration_socket, self.sockets.dra_socket):
             path.unlink(missing_ok=True)
-        self._lock.release()
+        self.lock.release()
 
     def _serve_all(self) -> None:
         """The DRA socket first, the registration socket last: the kubelet dials the first once it sees
@@ -135,33 +129,22 @@ class DriverServer:
         )
 
     def _serve(self, path: Path, add: Callable[[grpc.Server], None]) -> grpc.Server:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.unlink(missing_ok=True)  # a stale socket from a previous run
-        srv = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=self.sockets.workers, thread_name_prefix="dra")
-        )
-        add(srv)
-        try:
-            srv.add_insecure_port(f"unix://{path}")
-        except RuntimeError:
-            raise OSError(f"cannot create the socket {path}") from None
-        srv.start()
+        srv = unixsockets.serve(path, add, workers=self.sockets.workers, prefix="dra")
         self._served[path] = socketfiles.identity(path)
         return srv
 
     def _shutdown(self) -> None:
         for srv in (self._reg, self._dra):
             if srv is not None:
-                srv.stop(self.sockets.stop_grace_s).wait(self.sockets.stop_grace_s + 5)
+                unixsockets.stop(srv, self.sockets.stop_grace_s)
         self._reg = self._dra = None
         self.registration.registered.clear()
 
-    def _watch(self) -> None:
-        while not self._stop.wait(self.sockets.poll_s):
-            gone = [p for p, served in self._served.items() if socketfiles.identity(p) != served]
-            if gone:
-                log.warning("socket %s was removed or replaced: serving both sockets again", gone[0])
-                try:
-                    self._serve_all()
-                except OSError as err:
-                    log.error("serving again failed: %s; retrying", err)
+    def _check(self) -> None:
+        gone = [p for p, served in self._served.items() if socketfiles.identity(p) != served]
+        if gone:
+            log.warning("socket %s was removed or replaced: serving both sockets again", gone[0])
+            try:
+                self._serve_all()
+            except OSError as err:
+                log.error("serving again failed: %s; retrying", err)

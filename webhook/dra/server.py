@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -34,22 +34,38 @@ class NoObserver:
         pass
 
 
-def _prepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer, share_ids: bool) -> Any:
+def _answer(
+    call: str,
+    method: str,
+    answer: Any,
+    claims: Sequence[Any],
+    *,
+    observer: Observer,
+    act: Callable[[Any, Any], None],
+) -> Any:
+    """Every claim the kubelet's `method` asked gets its entry in `answer`: `act(claim, entry)` fills it,
+    or it carries the PrepareError that `act` raised; the `call`'s count and latency go to `observer`."""
     started = time.monotonic()
-    answer = pb.NodePrepareResourcesResponse()
     failed = 0
     for claim in claims:
         entry = answer.claims[claim.uid]
         try:
-            prepared = preparer.prepare(claim.uid, claim.namespace, claim.name)
+            act(claim, entry)
         except PrepareError as err:
-            log.warning("NodePrepareResources %s/%s: %s", claim.namespace, claim.name, err)
+            log.warning("%s %s/%s: %s", method, claim.namespace, claim.name, err)
             entry.error = str(err)
             failed += 1
-            continue
-        entry.devices.extend(_device(pb, d, share_ids) for d in prepared)
-    observer.called("prepare", time.monotonic() - started, len(claims), failed)
+    observer.called(call, time.monotonic() - started, len(claims), failed)
     return answer
+
+
+def _prepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer, share_ids: bool) -> Any:
+    def act(claim: Any, entry: Any) -> None:
+        prepared = preparer.prepare(claim.uid, claim.namespace, claim.name)
+        entry.devices.extend(_device(pb, d, share_ids) for d in prepared)
+
+    answer = pb.NodePrepareResourcesResponse()
+    return _answer("prepare", "NodePrepareResources", answer, claims, observer=observer, act=act)
 
 
 def _device(pb: Any, device: checkpoint.Device, share_ids: bool) -> Any:
@@ -65,67 +81,34 @@ def _device(pb: Any, device: checkpoint.Device, share_ids: bool) -> Any:
 
 
 def _unprepare(preparer: Preparer, pb: Any, claims: Sequence[Any], observer: Observer) -> Any:
-    started = time.monotonic()
+    def act(claim: Any, entry: Any) -> None:
+        preparer.unprepare(claim.uid, claim.namespace, claim.name)
+
     answer = pb.NodeUnprepareResourcesResponse()
-    failed = 0
-    for claim in claims:
-        entry = answer.claims[claim.uid]
-        try:
-            preparer.unprepare(claim.uid, claim.namespace, claim.name)
-        except PrepareError as err:
-            log.warning("NodeUnprepareResources %s/%s: %s", claim.namespace, claim.name, err)
-            entry.error = str(err)
-            failed += 1
-    observer.called("unprepare", time.monotonic() - started, len(claims), failed)
-    return answer
+    return _answer("unprepare", "NodeUnprepareResources", answer, claims, observer=observer, act=act)
 
 
-class DraServiceV1(v1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer, observer: Observer | None = None) -> None:
+class DraService:
+    """The DRAPlugin service of one API version: `pb` its messages (v1 or v1beta1); `share_ids` whether
+    its answers carry the share ID (v1 only)."""
+
+    def __init__(
+        self, preparer: Preparer, pb: Any, observer: Observer | None = None, *, share_ids: bool
+    ) -> None:
         self.preparer = preparer
+        self.pb = pb
+        self.share_ids = share_ids
         self.observer = observer or NoObserver()
 
-    def NodePrepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1_pb2.NodePrepareResourcesResponse:
-        reply: v1_pb2.NodePrepareResourcesResponse = _prepare(
-            self.preparer, v1_pb2, request.claims, self.observer, share_ids=True
-        )
-        return reply
+    def NodePrepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 (the kubelet's method name)
+        return _prepare(self.preparer, self.pb, request.claims, self.observer, share_ids=self.share_ids)
 
-    def NodeUnprepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1_pb2.NodeUnprepareResourcesResponse:
-        reply: v1_pb2.NodeUnprepareResourcesResponse = _unprepare(
-            self.preparer, v1_pb2, request.claims, self.observer
-        )
-        return reply
-
-
-class DraServiceV1beta1(v1beta1_grpc.DRAPluginServicer):
-    def __init__(self, preparer: Preparer, observer: Observer | None = None) -> None:
-        self.preparer = preparer
-        self.observer = observer or NoObserver()
-
-    def NodePrepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1beta1_pb2.NodePrepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1_pb2.NodePrepareResourcesResponse:
-        reply: v1beta1_pb2.NodePrepareResourcesResponse = _prepare(
-            self.preparer, v1beta1_pb2, request.claims, self.observer, share_ids=False
-        )
-        return reply
-
-    def NodeUnprepareResources(  # noqa: N802 (the kubelet's method name)
-        self, request: v1beta1_pb2.NodeUnprepareResourcesRequest, context: grpc.ServicerContext
-    ) -> v1beta1_pb2.NodeUnprepareResourcesResponse:
-        reply: v1beta1_pb2.NodeUnprepareResourcesResponse = _unprepare(
-            self.preparer, v1beta1_pb2, request.claims, self.observer
-        )
-        return reply
+    def NodeUnprepareResources(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 (the kubelet's method name)
+        return _unprepare(self.preparer, self.pb, request.claims, self.observer)
 
 
 def add_services(server: grpc.Server, preparer: Preparer, observer: Observer | None = None) -> None:
-    v1_grpc.add_DRAPluginServicer_to_server(DraServiceV1(preparer, observer), server)  # type: ignore[no-untyped-call]
-    v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
-        DraServiceV1beta1(preparer, observer), server
-    )
+    v1 = DraService(preparer, v1_pb2, observer, share_ids=True)
+    v1beta1 = DraService(preparer, v1beta1_pb2, observer, share_ids=False)
+    v1_grpc.add_DRAPluginServicer_to_server(v1, server)  # type: ignore[no-untyped-call]
+    v1beta1_grpc.add_DRAPluginServicer_to_server(v1beta1, server)  # type: ignore[no-untyped-call]

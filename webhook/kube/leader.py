@@ -19,7 +19,7 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.kube import errors, rest
+from webhook.kube import errors, rest, rounds
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,9 @@ class LeaderElector:
         self._monotonic = monotonic
         self._wall = wall_clock
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._rounds = rounds.Rounds(
+            f"leader {settings.name}", self.try_acquire_or_renew, period_s=settings.retry_period
+        )
         self._leading = False
         self._last_renew = float("-inf")  # monotonic time of our last successful acquire/renew
         self._observed: tuple[str, str] | None = None  # (holder, renewTime) last seen
@@ -247,22 +248,16 @@ class LeaderElector:
 
     # --- loop ---
 
-    def run(self) -> None:
-        """Campaign until `stop()`: acquire, renew, and campaign again after losing the Lease."""
-        while not self._stop.is_set():
-            self.try_acquire_or_renew()
-            self._stop.wait(self.settings.retry_period)
-
     def start(self) -> LeaderElector:
-        self._thread = threading.Thread(target=self.run, name=f"leader {self.settings.name}", daemon=True)
-        self._thread.start()
+        """Campaign on a thread until `stop()`: acquire, renew every `retry_period`, and campaign again
+        after losing the Lease."""
+        self._rounds.poke()
+        self._rounds.start()
         return self
 
     def stop(self, release: bool = True, timeout: float = 5.0) -> None:
         """Stop campaigning; with `release`, hand the Lease back so a follower takes over at once."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._rounds.stop(timeout)
         if release:
             self.release()
         elif self.is_leader():

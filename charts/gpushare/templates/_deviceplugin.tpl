@@ -1,4 +1,4 @@
-{{/* The device plugin's command line and RBAC; flags follow webhook/cli/serve_device_plugin.py. */}}
+{{/* The device plugin's command line and RBAC; flags follow webhook/cli/serve/device_plugin.py. */}}
 {{- define "gpushare.devicePlugin.args" -}}
 - device-plugin
 - --memory-unit={{ .Values.gpuMemory.unit }}

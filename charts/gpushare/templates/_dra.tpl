@@ -1,4 +1,4 @@
-{{/* The DRA driver's names, command line and RBAC; flags follow webhook/cli/serve_dra_driver.py. */}}
+{{/* The DRA driver's names, command line and RBAC; flags follow webhook/cli/serve/dra_driver.py. */}}
 {{- define "gpushare.dra.name" -}}{{ include "gpushare.fullname" . }}-dra-driver{{- end }}
 
 {{- define "gpushare.dra.args" -}}

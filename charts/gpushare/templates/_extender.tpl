@@ -1,4 +1,4 @@
-{{/* The extender's command line and RBAC rules; flags follow webhook/cli/serve_extender.py. */}}
+{{/* The extender's command line and RBAC rules; flags follow webhook/cli/serve/extender.py. */}}
 
 {{- /* "true" when the extender serves HTTP/2 (extender.http2; auto: when the chart's own CA issues its
 certificates, so every client certificate that CA signs is kube-scheduler's). */}}

@@ -12,16 +12,15 @@ import kubernetes.client
 from webhook.core.usage import overshare, podshares, usagereport
 from webhook.core.wire import resources
 from webhook.deviceplugin.metrics import Metrics
-from webhook.deviceplugin.overshareactions import OverShareActions
 from webhook.deviceplugin.settings import DevicePluginSettings
 from webhook.deviceplugin.state import DeviceState
-from webhook.deviceplugin.usagepods import PodSharesStore
-from webhook.deviceplugin.usagepoller import UsagePoller
+from webhook.deviceplugin.usage.overshareactions import OverShareActions
+from webhook.deviceplugin.usage.pods import PodSharesStore
+from webhook.deviceplugin.usage.poller import UsagePoller
 from webhook.gpus import inventory, usagesource
 from webhook.gpus.cgroupreader import CgroupReader
 from webhook.serving import probeserver
 
-__all__ = ["PodSharesStore", "Usage", "build", "off_route"]
 JSON = "application/json"
 
 

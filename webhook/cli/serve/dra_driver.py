@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from webhook.cli import helpformat, nodeagent, progname
+from webhook.cli import helpformat, progname
+from webhook.cli.serve import nodeagent
 from webhook.core.node import draslice
 from webhook.dra import app
 from webhook.dra import settings as dra_settings
@@ -91,37 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dra_settings.DraSettings:
     return dra_settings.DraSettings(
-        node_name=environ.get("NODE_NAME", ""),
+        **nodeagent.agent_settings(args, environ),
         driver_name=args.driver_name,
-        memory_unit=args.memory_unit,
-        mib_per_device=args.mib_per_device,
-        fake_gpus=args.fake_gpus,
-        inventory_file=args.inventory_file,
-        health_file=args.health_file,
-        health_recovery_s=args.health_recovery,
         registry_dir=args.registry_dir,
         plugins_dir=args.plugins_dir,
         cdi_dir=args.cdi_dir,
-        kubeconfig=args.kubeconfig,
-        api_host=args.api_host,
-        health_port=args.health_port,
-        api_timeout_s=args.api_timeout,
         resync_s=args.resync_period,
-        force_mps=args.mps,
-        mps_pipe_dir=args.mps_pipe_dir,
-        mps_log_dir=args.mps_log_dir,
-        delivery=nodeagent.delivery_settings(args),
-        log_level=args.log_level,
-        log_format=args.log_format,
     ).validate()
 
 
 def main(argv: list[str]) -> int:
-    return nodeagent.main(
-        build_parser(),
-        argv,
-        settings_from_args=settings_from_args,
-        run=app.run,
-        settings_error=dra_settings.SettingsError,
-        start_error=app.StartError,
-    )
+    return nodeagent.main(build_parser(), argv, settings_from_args=settings_from_args, run=app.run)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from webhook.cli import helpformat, nodeagent, progname
+from webhook.cli import helpformat, progname
+from webhook.cli.serve import nodeagent
 from webhook.core.node import devices
 from webhook.core.wire import resources
 from webhook.deviceplugin import app
@@ -138,44 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> dp_settings.DevicePluginSettings:
     return dp_settings.DevicePluginSettings(
-        node_name=environ.get("NODE_NAME", ""),
-        memory_unit=args.memory_unit,
-        mib_per_device=args.mib_per_device,
-        fake_gpus=args.fake_gpus,
-        inventory_file=args.inventory_file,
-        health_file=args.health_file,
-        health_recovery_s=args.health_recovery,
+        **nodeagent.agent_settings(args, environ),
         device_plugin_dir=args.device_plugin_dir,
         endpoint=args.endpoint,
         whole_card_resource=args.whole_card_resource,
-        kubeconfig=args.kubeconfig,
-        api_host=args.api_host,
-        health_port=args.health_port,
         allocate_wait_s=args.allocate_wait,
         pod_resources_socket=Path(args.pod_resources_socket) if args.pod_resources_socket else None,
         reconcile_s=args.reconcile_period,
-        api_timeout_s=args.api_timeout,
-        force_mps=args.mps,
-        mps_pipe_dir=args.mps_pipe_dir,
-        mps_log_dir=args.mps_log_dir,
         usage_interval_s=args.usage_interval,
         proc_root=args.proc_root,
         fake_processes=args.fake_processes,
         overshare_grace_s=args.overshare_grace,
         overshare_event_interval_s=args.overshare_event_interval,
         overshare_evict=args.overshare_evict,
-        delivery=nodeagent.delivery_settings(args),
-        log_level=args.log_level,
-        log_format=args.log_format,
     ).validate()
 
 
 def main(argv: list[str]) -> int:
-    return nodeagent.main(
-        build_parser(),
-        argv,
-        settings_from_args=settings_from_args,
-        run=app.run,
-        settings_error=dp_settings.SettingsError,
-        start_error=app.StartError,
-    )
+    return nodeagent.main(build_parser(), argv, settings_from_args=settings_from_args, run=app.run)

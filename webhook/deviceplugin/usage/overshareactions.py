@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import kubernetes.client
@@ -41,27 +41,19 @@ class _Job:
     message: str = ""
 
 
+@dataclass(eq=False)
 class OverShareActions:
-    def __init__(
-        self,
-        api: kubernetes.client.ApiClient,
-        node_name: str,
-        labels: Callable[[], Mapping[str, object]],
-        observer: Observer | None = None,
-        *,
-        evict: bool = False,
-        budget: overshare.EventBudget | None = None,
-        retry_s: float = 60.0,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.api = api
-        self.node_name = node_name
-        self.labels = labels
-        self.observer = observer or Observer()
-        self.evict = evict
-        self.budget = budget or overshare.EventBudget()
-        self.retry_s = retry_s
-        self.clock = clock
+    api: kubernetes.client.ApiClient
+    node_name: str
+    labels: Callable[[], Mapping[str, object]]  # the node's, read when an eviction is due
+    observer: Observer = field(default_factory=Observer)
+    _: KW_ONLY
+    evict: bool = False
+    budget: overshare.EventBudget = field(default_factory=overshare.EventBudget)
+    retry_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self._jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=256)
         self._tried: dict[str, float] = {}  # pod UID -> last eviction attempt
         self._evicted: set[str] = set()

@@ -9,13 +9,15 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from webhook.core.usage import overshare, usage
-from webhook.deviceplugin.overshareactions import OverShareActions
 from webhook.deviceplugin.state import DeviceState
-from webhook.deviceplugin.usagepods import PodSharesStore
+from webhook.deviceplugin.usage.overshareactions import OverShareActions
+from webhook.deviceplugin.usage.pods import PodSharesStore
 from webhook.gpus.cgroupreader import CgroupReader
 from webhook.gpus.usagesource import UsageSource
+from webhook.kube import rounds
 
 log = logging.getLogger(__name__)
 
@@ -30,38 +32,26 @@ class Observer:
         """A new report, before it is served on /usage (the metrics render its series here)."""
 
 
+@dataclass(kw_only=True, eq=False)
 class UsagePoller:
-    def __init__(
-        self,
-        *,
-        source: UsageSource,
-        reader: CgroupReader,
-        pods: PodSharesStore,
-        state: DeviceState,
-        node_name: str,
-        tracker: overshare.OverShareTracker,
-        actions: OverShareActions | None = None,
-        observer: Observer | None = None,
-        interval_s: float = 10.0,
-        wall: Callable[[], float] = time.time,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.source = source
-        self.reader = reader
-        self.pods = pods
-        self.state = state
-        self.node_name = node_name
-        self.tracker = tracker
-        self.actions = actions
-        self.observer = observer or Observer()
-        self.interval_s = interval_s
-        self.wall = wall
-        self.clock = clock
+    source: UsageSource
+    reader: CgroupReader
+    pods: PodSharesStore
+    state: DeviceState
+    node_name: str
+    tracker: overshare.OverShareTracker
+    actions: OverShareActions | None = None
+    observer: Observer = field(default_factory=Observer)
+    interval_s: float = 10.0
+    wall: Callable[[], float] = time.time
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
         self.latest: usage.NodeUsage | None = None  # replaced whole: readers never see a half-made one
         self.polls = 0
         self._one_at_a_time = threading.Lock()  # the tracker is not thread-safe; tests poll directly too
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpu-usage", daemon=True)
+        self._failing = False
+        self._rounds = rounds.Rounds("gpu-usage", self._round, period_s=self.interval_s)
 
     def poll_once(self) -> usage.NodeUsage:
         with self._one_at_a_time:
@@ -88,28 +78,24 @@ class UsagePoller:
         return report
 
     def start(self) -> UsagePoller:
-        self._thread.start()
+        self._rounds.poke()  # the first poll at once
+        self._rounds.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._rounds.stop()
 
-    def _run(self) -> None:
-        failing = False
-        while not self._stop.is_set():
-            started, cpu = time.perf_counter(), time.thread_time()
-            try:
-                self.poll_once()
-                ok = True
-                if failing:
-                    log.info("sampling GPU usage works again")
-                failing = False
-            except Exception:  # a poll must never end the loop; the next one tries again
-                ok = False
-                if not failing:
-                    log.exception("sampling GPU usage failed; retrying every %g s", self.interval_s)
-                failing = True
-            self.observer.polled(time.perf_counter() - started, time.thread_time() - cpu, ok)
-            self._stop.wait(self.interval_s)
+    def _round(self) -> None:
+        started, cpu = time.perf_counter(), time.thread_time()
+        try:
+            self.poll_once()
+            ok = True
+            if self._failing:
+                log.info("sampling GPU usage works again")
+            self._failing = False
+        except Exception:  # a poll must never end the loop; the next one tries again
+            ok = False
+            if not self._failing:
+                log.exception("sampling GPU usage failed; retrying every %g s", self.interval_s)
+            self._failing = True
+        self.observer.polled(time.perf_counter() - started, time.thread_time() - cpu, ok)

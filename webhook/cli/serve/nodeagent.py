@@ -1,5 +1,6 @@
 """What the node agents' commands (`gpushare device-plugin`, `gpushare dra-driver`) share: their common
-flags, and the run that turns a bad flag into exit 2 and a failure at start into exit 1."""
+flags and the settings they give (webhook/nodeagent/settings.py), and the run that turns a bad flag into
+exit 2 and a failure at start into exit 1."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from webhook.cli import exitcodes
 from webhook.core.node import cdidevices, devicelist, mps
 from webhook.gpus import toolkitspecs
+from webhook.nodeagent.lifecycle import StartError
+from webhook.nodeagent.settings import SettingsError
 
 Settings = TypeVar("Settings")
 
@@ -73,8 +76,8 @@ def main(
     *,
     settings_from_args: Callable[[argparse.Namespace, dict[str, str]], Settings],
     run: Callable[[Settings], int],
-    settings_error: type[Exception],
-    start_error: type[Exception],
+    settings_error: type[Exception] = SettingsError,
+    start_error: type[Exception] = StartError,
 ) -> int:
     """Flags and the environment to settings (`settings_error`: exit 2), then `run` them (`start_error`:
     exit 1); each message is prefixed with the parser's prog."""
@@ -123,3 +126,26 @@ def delivery_settings(args: argparse.Namespace) -> toolkitspecs.DeliverySettings
         folders=tuple(Path(f.strip()) for f in args.cdi_spec_dirs.split(",") if f.strip()),
         kind=args.cdi_kind,
     )
+
+
+def agent_settings(args: argparse.Namespace, environ: dict[str, str]) -> dict[str, Any]:
+    """The fields of NodeAgentSettings, from the flags both agents have and NODE_NAME."""
+    return {
+        "node_name": environ.get("NODE_NAME", ""),
+        "memory_unit": args.memory_unit,
+        "mib_per_device": args.mib_per_device,
+        "fake_gpus": args.fake_gpus,
+        "inventory_file": args.inventory_file,
+        "health_file": args.health_file,
+        "health_recovery_s": args.health_recovery,
+        "kubeconfig": args.kubeconfig,
+        "api_host": args.api_host,
+        "health_port": args.health_port,
+        "api_timeout_s": args.api_timeout,
+        "force_mps": args.mps,
+        "mps_pipe_dir": args.mps_pipe_dir,
+        "mps_log_dir": args.mps_log_dir,
+        "delivery": delivery_settings(args),
+        "log_level": args.log_level,
+        "log_format": args.log_format,
+    }
