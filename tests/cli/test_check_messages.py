@@ -12,7 +12,8 @@ import yaml
 
 from webhook.cli import check, report
 from webhook.core.admission import verdict
-from webhook.core.placement import demand
+from webhook.core.specs import demand
+from webhook.core.specs.finding import Finding
 
 MEM = "aliyun.com/gpu-mem"
 
@@ -165,7 +166,7 @@ def test_the_extender_says_what_check_says():
         {**pod(), "spec": {"containers": [ctr({MEM: 4}), "x"]}},
     ):
         _, out = check_objects(bad)
-        with pytest.raises(demand.DemandError) as err:
+        with pytest.raises(Finding) as err:
             demand.pod_demand(bad)
         assert messages(out)[0] == str(err.value)
 

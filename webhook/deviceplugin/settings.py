@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.core.node import devices, mps
-from webhook.core.placement import wholecards
 from webhook.core.wire import resources
 from webhook.gpus import toolkitspecs
 
@@ -81,7 +80,7 @@ class DevicePluginSettings:
             if not value.startswith("/") or ":" in value or "," in value:
                 raise SettingsError(f"{flag} {value!r} must be an absolute host path without ':' or ','")
         try:
-            wholecards.resource_name(self.whole_card_resource)
+            resources.whole_card_resource(self.whole_card_resource)
         except ValueError as err:
             raise SettingsError(f"--whole-card-resource: {err}") from None
         if self.whole_card_resource == self.resource_name:
