@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from webhook.core.placement import allocator, ranking
 from webhook.core.placement.accounting import Gpu
-from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.specs.demand import Demand
 
 
 def exact_workload(gpus: list[int], rng: random.Random) -> list[int]:
@@ -61,7 +61,7 @@ def online_spread(sizes: list[int], gpus: int, pods: list[int]) -> Packing:
     nodes = [[Gpu(i, size) for i in range(gpus)] for size in sizes]
     placed = 0
     for need in pods:
-        asked = GpuMemoryDemand((need,))
+        asked = Demand((need,))
         ranked = {}
         for n, node in enumerate(nodes):
             value = ranking.rank(asked, node, spread)

@@ -12,7 +12,8 @@ import pytest
 
 from tests.admission import asgi, samples
 from webhook.admission import review
-from webhook.core.admission import rules, verdict
+from webhook.core.admission import verdict
+from webhook.core.specs.finding import Finding
 
 GPU_MEM = {"aliyun.com/gpu-mem": "4"}
 
@@ -108,7 +109,7 @@ def test_a_pod_with_forty_thousand_bad_containers_gets_a_short_denial_in_bounded
 
 def test_a_message_is_capped_by_characters_as_well_as_by_lines():
     def denial(*problems: str) -> str:
-        found = tuple(rules.Violation(f"spec.x[{i}]", "c", None, p, "fix it") for i, p in enumerate(problems))
+        found = tuple(Finding(f"spec.x[{i}]", "c", None, p, "fix it") for i, p in enumerate(problems))
         return verdict.Verdict((), found, (), allowed=False, kind="Pod").message()
 
     message = denial(*("x" * 1000 for _ in range(15)))

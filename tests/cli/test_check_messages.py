@@ -12,7 +12,8 @@ import yaml
 
 from webhook.cli import check, report
 from webhook.core.admission import verdict
-from webhook.core.placement import demand
+from webhook.core.specs import demand
+from webhook.core.specs.finding import Finding
 
 MEM = "aliyun.com/gpu-mem"
 
@@ -149,7 +150,7 @@ def test_a_lone_surrogate_or_control_character_in_a_name_is_shown_escaped():
 
 
 def test_the_extender_says_what_check_says():
-    # The extender reads a pod through core.placement.demand; check through core.admission.rules: one text for
+    # The extender reads a pod through core.specs.demand; check through core.admission.rules: one text for
     # one mistake.
     for bad in (
         pod(ctr({MEM: "3Gi"})),
@@ -165,7 +166,7 @@ def test_the_extender_says_what_check_says():
         {**pod(), "spec": {"containers": [ctr({MEM: 4}), "x"]}},
     ):
         _, out = check_objects(bad)
-        with pytest.raises(demand.DemandError) as err:
+        with pytest.raises(Finding) as err:
             demand.pod_demand(bad)
         assert messages(out)[0] == str(err.value)
 

@@ -10,7 +10,7 @@ from webhook.core.placement import allocator
 from webhook.core.placement.accounting import Gpu
 from webhook.core.placement.allocator import Fit, NoFit, Policy
 from webhook.core.placement.annotations import Allocation
-from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.specs.demand import Demand
 from webhook.core.wire import resources
 
 
@@ -18,8 +18,8 @@ def gpus(*free_total: tuple[int, int], unhealthy: tuple[int, ...] = ()) -> list[
     return [Gpu(i, total, total - free, i not in unhealthy) for i, (free, total) in enumerate(free_total)]
 
 
-def demand(*containers: int, count: int = 1, init: tuple[int, ...] = ()) -> GpuMemoryDemand:
-    return GpuMemoryDemand(containers=containers, init_containers=init, gpu_count=count)
+def demand(*containers: int, count: int = 1, init: tuple[int, ...] = ()) -> Demand:
+    return Demand(containers=containers, init_containers=init, gpu_count=count)
 
 
 def placed(result: Fit | NoFit) -> dict[int, dict[int, int]]:
@@ -147,7 +147,7 @@ node_strategy = st.lists(
     st.tuples(st.integers(0, 16), st.integers(1, 16), st.booleans()), min_size=0, max_size=8
 ).map(lambda rows: [Gpu(i, total, min(used, total), ok) for i, (used, total, ok) in enumerate(rows)])
 demand_strategy = st.builds(
-    lambda cs, count: GpuMemoryDemand(containers=tuple(c * count for c in cs), gpu_count=count),
+    lambda cs, count: Demand(containers=tuple(c * count for c in cs), gpu_count=count),
     st.lists(st.integers(0, 8), min_size=1, max_size=4),
     st.integers(1, 4),
 )

@@ -10,7 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from webhook.core.admission import verdict
-from webhook.core.placement import demand
+from webhook.core.specs import demand
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 MEM = "aliyun.com/gpu-mem"
@@ -73,7 +74,7 @@ def test_container_units_reads_the_limit_then_the_request(container, units):
 )
 def test_container_units_rejects_bad_values_with_demand_error(value, message):
     prefix = r'resources\.limits\[aliyun\.com/gpu-mem\] \(container "c"\)'
-    with pytest.raises(demand.DemandError, match=prefix) as err:
+    with pytest.raises(Finding, match=prefix) as err:
         demand.container_units(ctr(limits={MEM: value}))
     assert message in str(err.value)
 
@@ -88,7 +89,7 @@ def test_container_units_rejects_bad_values_with_demand_error(value, message):
     ids=["resources", "limits", "requests"],
 )
 def test_container_units_names_a_wrong_typed_field(container, field):
-    with pytest.raises(demand.DemandError, match=rf'^{field} \(container "c"\): (".+": )?has the wrong type'):
+    with pytest.raises(Finding, match=rf'^{field} \(container "c"\): (".+": )?has the wrong type'):
         demand.container_units(container)
 
 
@@ -112,7 +113,7 @@ def test_an_init_container_asking_more_than_the_app_containers_hold_is_refused(a
     obj = pod(*(ctr(limits={MEM: u}) if u else ctr() for u in app), init=[ctr(limits={MEM: init})])
     if label:
         obj["metadata"] = {"labels": {resources.GPU_COUNT_LABEL: label}}
-    with pytest.raises(demand.DemandError) as err:
+    with pytest.raises(Finding) as err:
         demand.pod_demand(obj)
     assert f"an init container asks {init} GiB of {MEM}, more than the pod's app containers hold" in str(
         err.value
@@ -189,7 +190,7 @@ def test_gpu_count_reads_the_label(labels, count):
     ],
 )
 def test_bad_gpu_count_raises_demand_error_with_a_short_message(labels):
-    with pytest.raises(demand.DemandError) as err:
+    with pytest.raises(Finding) as err:
         demand.gpu_count(labels)
     assert len(str(err.value)) < 160
 
@@ -198,12 +199,12 @@ def test_check_split_needs_a_whole_number_per_gpu():
     demand.check_split(8, 2)
     demand.check_split(0, 4)
     demand.check_split(7, 1)
-    with pytest.raises(demand.DemandError, match=r"split the pod's 7 GiB of GPU memory over 2 GPUs"):
+    with pytest.raises(Finding, match=r"split the pod's 7 GiB of GPU memory over 2 GPUs"):
         demand.check_split(7, 2)
 
 
 def test_pod_demand_raises_on_an_uneven_split():
-    with pytest.raises(demand.DemandError, match="multiple of 3"):
+    with pytest.raises(Finding, match="multiple of 3"):
         demand.pod_demand(pod(ctr(limits={MEM: 4}), labels={"aliyun.com/gpu-count": "3"}))
 
 
@@ -227,7 +228,7 @@ def test_pod_demand_raises_on_an_uneven_split():
     ],
 )
 def test_pod_demand_raises_demand_error_on_wrong_types(obj):
-    with pytest.raises(demand.DemandError):
+    with pytest.raises(Finding):
         demand.pod_demand(obj)
 
 
@@ -253,29 +254,29 @@ def test_pod_demand_raises_demand_error_on_wrong_types(obj):
     ids=["spec number", "containers number", "container string", "byte suffix"],
 )
 def test_pod_demand_names_the_field_and_container(obj, message):
-    with pytest.raises(demand.DemandError) as err:
+    with pytest.raises(Finding) as err:
         demand.pod_demand(obj)
     assert str(err.value).startswith(message)
 
 
 def test_gpu_count_as_a_resource_is_refused_with_the_label_as_fix():
-    with pytest.raises(demand.DemandError, match=r'set the pod label aliyun\.com/gpu-count: "2"'):
+    with pytest.raises(Finding, match=r'set the pod label aliyun\.com/gpu-count: "2"'):
         demand.pod_demand(pod(ctr(limits={MEM: 4, "aliyun.com/gpu-count": 2})))
 
 
 def test_whole_gpus_and_gpu_mem_in_one_container_are_refused():
-    with pytest.raises(demand.DemandError, match=r"asks for whole GPUs \(nvidia\.com/gpu\)"):
+    with pytest.raises(Finding, match=r"asks for whole GPUs \(nvidia\.com/gpu\)"):
         demand.pod_demand(pod(ctr(limits={MEM: 4, "nvidia.com/gpu": 1})))
     # Zero whole GPUs is no request for them.
     assert demand.pod_demand(pod(ctr(limits={MEM: 4, "nvidia.com/gpu": 0}))).total == 4
 
 
 def test_messages_count_in_the_configured_unit():
-    with pytest.raises(demand.DemandError, match="fix: write 3072; the unit is MiB"):
+    with pytest.raises(Finding, match="fix: write 3072; the unit is MiB"):
         demand.pod_demand(pod(ctr(limits={MEM: "3Gi"})), unit="MiB")
-    with pytest.raises(demand.DemandError, match=r"fix: write 24; the unit is a block of 128 MiB"):
+    with pytest.raises(Finding, match=r"fix: write 24; the unit is a block of 128 MiB"):
         demand.pod_demand(pod(ctr(limits={MEM: "3Gi"})), unit="128MiB")
-    with pytest.raises(demand.DemandError, match="split the pod's 7 MiB"):
+    with pytest.raises(Finding, match="split the pod's 7 MiB"):
         demand.pod_demand(pod(ctr(limits={MEM: 7}), labels={"aliyun.com/gpu-count": "2"}), unit="MiB")
 
 
@@ -295,7 +296,7 @@ _JSON = st.recursive(
 
 @given(spec=_JSON, metadata=_JSON)
 def test_any_json_gives_a_demand_or_a_demand_error(spec, metadata):
-    with contextlib.suppress(demand.DemandError):
+    with contextlib.suppress(Finding):
         demand.pod_demand({"spec": spec, "metadata": metadata})
 
 
@@ -303,7 +304,7 @@ def test_any_json_gives_a_demand_or_a_demand_error(spec, metadata):
 def test_total_and_split_agree_with_arithmetic(units, count):
     p = pod(*(ctr(limits={MEM: str(u)}) for u in units), labels={"aliyun.com/gpu-count": str(count)})
     if sum(units) % count:
-        with pytest.raises(demand.DemandError):
+        with pytest.raises(Finding):
             demand.pod_demand(p)
     else:
         want = demand.pod_demand(p)
@@ -313,7 +314,7 @@ def test_total_and_split_agree_with_arithmetic(units, count):
 
 def test_the_webhook_and_the_extender_say_the_same_of_an_init_container_asking_too_much():
     obj = pod(ctr(limits={MEM: 2}, name="train"), init=[ctr(limits={MEM: 14}, name="warm")])
-    with pytest.raises(demand.DemandError) as err:
+    with pytest.raises(Finding) as err:
         demand.pod_demand(obj)
     found = verdict.evaluate({"apiVersion": "v1", "kind": "Pod", **obj}, verdict.Policy())
     assert not found.allowed
@@ -327,7 +328,7 @@ def test_a_sidecar_asking_gpu_memory_is_refused_by_the_webhook_and_the_extender_
     sidecar = ctr(limits={MEM: 4}, name="proxy")
     sidecar["restartPolicy"] = "Always"  # native sidecar: runs beside the app containers
     obj = pod(ctr(limits={MEM: 4}, name="train"), init=[sidecar])
-    with pytest.raises(demand.DemandError) as err:
+    with pytest.raises(Finding) as err:
         demand.pod_demand(obj)
     assert "a sidecar (an init container with restartPolicy: Always) asks aliyun.com/gpu-mem" in str(
         err.value

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core.placement import demand
-from webhook.core.specs import gpumem
+from webhook.core.specs import demand, gpumem
 from webhook.core.wire import quantity
 
 MEM = "aliyun.com/gpu-mem"

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from webhook.core.admission import isolation, lookalikes, rules, verdict
-from webhook.core.placement import demand
-from webhook.core.specs import podspec, templates
+from webhook.core.specs import demand, podspec, templates
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
@@ -76,7 +76,7 @@ def test_every_reader_of_containers_turns_a_misshapen_list_into_a_message_naming
     assert isolation.decide(template, isolation.IsolationPolicy(), NAMES).value == "false"
     assert lookalikes.warnings(spec, NAMES) == []
     # ... the extender's demand names the same field ...
-    with pytest.raises(demand.DemandError, match=wrong.path.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(Finding, match=wrong.path.replace("[", r"\[").replace("]", r"\]")):
         demand.pod_demand({"spec": spec})
     # ... and the verdict denies.
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}

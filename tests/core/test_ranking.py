@@ -9,18 +9,18 @@ from hypothesis import strategies as st
 from webhook.core.placement import allocator, ranking, spreading
 from webhook.core.placement.accounting import Gpu
 from webhook.core.placement.allocator import Fit, Policy
-from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.specs.demand import Demand
 
 
 def gpus(*free_total: tuple[int, int], unhealthy: tuple[int, ...] = ()) -> list[Gpu]:
     return [Gpu(i, total, total - free, i not in unhealthy) for i, (free, total) in enumerate(free_total)]
 
 
-def demand(*containers: int, count: int = 1) -> GpuMemoryDemand:
-    return GpuMemoryDemand(containers=containers, gpu_count=count)
+def demand(*containers: int, count: int = 1) -> Demand:
+    return Demand(containers=containers, gpu_count=count)
 
 
-def ranked(nodes: dict[str, list[Gpu]], d: GpuMemoryDemand, policy: Policy = Policy.BINPACK):
+def ranked(nodes: dict[str, list[Gpu]], d: Demand, policy: Policy = Policy.BINPACK):
     out = {}
     for name, node in nodes.items():
         value = ranking.rank(d, node, policy)

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from webhook.core.admission import rules
+from webhook.core.specs import gpumem
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
@@ -23,7 +25,7 @@ def ctr(name: str = "c", limits: Any = None, requests: Any = None, **extra: Any)
     return {"name": name, "image": "x", "resources": res, **extra}
 
 
-def check(*containers: Any, init: Any = (), labels: Any = None, prefix: str = "") -> list[rules.Violation]:
+def check(*containers: Any, init: Any = (), labels: Any = None, prefix: str = "") -> list[Finding]:
     metadata: dict[str, Any] = {} if labels is None else {"labels": labels}
     spec: dict[str, Any] = {"containers": list(containers)}
     if init:
@@ -292,7 +294,7 @@ def test_violation_is_one_line_with_control_characters_escaped():
 
 
 def test_violation_without_container_or_value_omits_them():
-    v = rules.Violation("metadata.labels", None, None, "is wrong", "fix it")
+    v = Finding("metadata.labels", None, None, "is wrong", "fix it")
     assert str(v) == "metadata.labels: is wrong; fix: fix it"
 
 
@@ -310,4 +312,4 @@ def test_violation_without_container_or_value_omits_them():
     ids=["string", "int", "float", "null", "bool", "object", "long"],
 )
 def test_show_writes_values_as_the_user_wrote_them(value, shown):
-    assert rules.show(value) == shown
+    assert gpumem.show(value) == shown

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from webhook.core.admission import verdict
-from webhook.core.placement import demand
-from webhook.core.specs import podspec, specview, templates
+from webhook.core.specs import demand, podspec, specview, templates
 from webhook.core.wire import quantity, resources
 
 NAMES = resources.GpuResourceNames()
@@ -59,7 +58,7 @@ def test_a_review_parses_each_gpu_value_once_whatever_the_rules_read(monkeypatch
 def test_the_extenders_demand_is_read_from_the_same_view() -> None:
     obj = pod(ctr("a", {MEM: "4"}), ctr("b", {"cpu": "1"}), init=(ctr("i", {MEM: "3"}),))
     view = specview.read(templates.PodTemplate("", obj["metadata"], obj["spec"]), NAMES)
-    assert demand.of_view(view) == demand.pod_demand(obj) == demand.GpuMemoryDemand((4, 0), (3,), 1)
+    assert demand.of_view(view) == demand.pod_demand(obj) == demand.Demand((4, 0), (3,), 1)
 
 
 def test_the_view_holds_the_metadata_as_written_and_which_items_are_containers() -> None:

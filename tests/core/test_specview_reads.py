@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core.admission import rules, verdict
-from webhook.core.specs import gpumem, podspec, specview, templates
+from webhook.core.admission import verdict
+from webhook.core.specs import gpumem, podspec, resourcerules, specview, templates
 from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
@@ -60,6 +60,6 @@ def test_a_fine_pod_is_judged_from_the_view_without_reading_the_pod_again(monkey
         monkeypatch.setattr(podspec.Container, name, no)
     monkeypatch.setattr(gpumem, "parse", no)
     monkeypatch.setattr(gpumem, "memory_problem", no)
-    assert rules.check(view) == []
+    assert resourcerules.check(view) == []
     found = verdict.evaluate({"kind": "Pod", "metadata": {}, "spec": spec}, verdict.Policy())
     assert found.allowed and found.templates[0].isolation == "false"

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from webhook.core.placement import allocator, ranking, spreading
 from webhook.core.placement.accounting import Gpu
 from webhook.core.placement.allocator import Fit, Policy
-from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.specs.demand import Demand
 
 SPREAD = Policy.SPREAD
 
@@ -19,8 +19,8 @@ def gpu(index: int, size: int, used: int = 0, shares: int = 0, healthy: bool = T
     return Gpu(index, size, used, healthy, shares=shares)
 
 
-def demand(*containers: int, count: int = 1) -> GpuMemoryDemand:
-    return GpuMemoryDemand(containers=containers, gpu_count=count)
+def demand(*containers: int, count: int = 1) -> Demand:
+    return Demand(containers=containers, gpu_count=count)
 
 
 def chosen(result: allocator.Fit | allocator.NoFit) -> dict[int, dict[int, int]]:
@@ -28,7 +28,7 @@ def chosen(result: allocator.Fit | allocator.NoFit) -> dict[int, dict[int, int]]
     return {c: dict(g) for c, g in result.allocation.containers.items()}
 
 
-def best(nodes: dict[str, list[Gpu]], d: GpuMemoryDemand, policy: Policy = SPREAD) -> list[str]:
+def best(nodes: dict[str, list[Gpu]], d: Demand, policy: Policy = SPREAD) -> list[str]:
     ranked = {}
     for name, gpus in nodes.items():
         value = ranking.rank(d, gpus, policy)

@@ -6,8 +6,9 @@ import time
 from typing import Any
 
 from tests.extender.factory import node, pod
-from webhook.core.placement import allocator, podask
+from webhook.core.placement import allocator
 from webhook.core.placement import annotations as ann
+from webhook.core.specs import podread
 from webhook.extender import scheduling, wire
 from webhook.extender.assumptions import ASSUME_TTL_NS
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
@@ -168,13 +169,13 @@ def test_node_deleted_keeps_no_gpus():
 def test_a_status_update_reuses_the_demand_and_a_label_change_or_new_uid_rereads_it(monkeypatch):
     cache = fed(node("n1", 16))
     reads = []
-    real = podask.demands
+    real = podread.of_pod
 
-    def counting(p, names, unit="GiB"):
+    def counting(p, names=None, unit="GiB"):
         reads.append(p)
         return real(p, names, unit)
 
-    monkeypatch.setattr(podask, "demands", counting)
+    monkeypatch.setattr(podread, "of_pod", counting)
     cache.pod_event(ADDED, pod("a", 8))
     running = pod("a", 8, phase="Running")
     cache.pod_event(MODIFIED, running)

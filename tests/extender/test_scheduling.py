@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from tests.extender.factory import FakeApi, node, pod
 from webhook.core.placement import allocator, modes, ranking
 from webhook.core.placement import annotations as ann
-from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.specs.demand import Demand
 from webhook.extender import scheduling, wire
 from webhook.extender.binder import Binder
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
@@ -73,7 +73,7 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units, best_fit
             if ledger is None:
                 expected_fail[name] = scheduling.UNKNOWN_NODE
                 continue
-            fit = allocator.fit(GpuMemoryDemand((units,)), ledger.gpus(), unit=ledger.unit)
+            fit = allocator.fit(Demand((units,)), ledger.gpus(), unit=ledger.unit)
             if isinstance(fit, allocator.Fit):
                 expected_pass.append(name)
                 ranks[name] = (
@@ -83,7 +83,7 @@ def test_filter_agrees_with_the_allocator_after_any_changes(ops, units, best_fit
             elif any(g.healthy for g in ledger.gpus()):
                 # Unresolvable (not failed) when it would not fit the node emptied of pods either.
                 never = allocator.never_fits(
-                    GpuMemoryDemand((units,)), ledger.gpus(), allocator.Policy.BINPACK, ledger.unit
+                    Demand((units,)), ledger.gpus(), allocator.Policy.BINPACK, ledger.unit
                 )
                 if never is None:
                     expected_fail[name] = fit.reason

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from webhook.core.placement import demand
+from webhook.core.specs import demand
 from webhook.core.wire import resources
 from webhook.deviceplugin.podresources.v1 import api_pb2 as pr_pb2
 from webhook.deviceplugin.podresources.v1 import api_pb2_grpc as pr_grpc

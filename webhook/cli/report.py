@@ -1,6 +1,6 @@
 """What `gpushare check` found, as values, and its two renderings: text for a terminal, JSON for tools.
 
-The messages are the core's own strings (`Violation.__str__`, `Verdict.message()`, warnings); this
+The messages are the core's own strings (`Finding.__str__`, `Verdict.message()`, warnings); this
 module only places them at a file and line.
 """
 

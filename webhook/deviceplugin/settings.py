@@ -6,7 +6,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.core.placement import wholecards
 from webhook.core.wire import resources
 from webhook.nodeagent.settings import NodeAgentSettings, SettingsError
 
@@ -49,7 +48,7 @@ class DevicePluginSettings(NodeAgentSettings):
         self.check_port()
         self.check_mps_dirs()
         try:
-            wholecards.resource_name(self.whole_card_resource)
+            resources.whole_card_resource(self.whole_card_resource)
         except ValueError as err:
             raise SettingsError(f"--whole-card-resource: {err}") from None
         if self.whole_card_resource == self.resource_name:

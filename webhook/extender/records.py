@@ -10,8 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.placement import accounting, demand, podask, wholecards
+from webhook.core.placement import accounting, podask
 from webhook.core.placement import annotations as ann
+from webhook.core.specs import podread
+from webhook.core.specs.demand import NO_DEMAND, Demand
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 UNASKED = "carries a gpushare placement but asks for no GPU memory and no whole GPU: not counted"
@@ -24,7 +27,7 @@ class PodRecord:
     key: str
     uid: str
     node: str
-    demand: demand.GpuMemoryDemand | None
+    demand: Demand | None
     demand_error: str = ""
     policy: str = ""
     share: accounting.PodShare | None = None
@@ -32,7 +35,7 @@ class PodRecord:
     count_label: object = None  # the gpu-count label as last read: the only input of `demand` that may change
     ended: bool = False  # Succeeded/Failed: holds no memory any more
     deleting: bool = False  # has a deletionTimestamp: still holds its memory until the API removes it
-    cards: wholecards.CardDemand = wholecards.NO_CARDS  # whole cards (nvidia.com/gpu) it asks for
+    cards: Demand = NO_DEMAND  # whole cards (nvidia.com/gpu) it asks for
     created: str = ""  # metadata.creationTimestamp, RFC 3339 in UTC: orders pods of one name
 
 
@@ -55,15 +58,15 @@ def record_of(
         share = accounting.share_of(pod)
     except ann.AnnotationError as err:
         share, problem = None, str(err)
-    asked: demand.GpuMemoryDemand | None
-    cards = wholecards.NO_CARDS
+    asked: Demand | None
+    cards = NO_DEMAND
     if previous is not None and podask.lends(previous, uid, count_label):
         asked, demand_error, cards = previous.demand, previous.demand_error, previous.cards
     else:
         try:
             # One walk for both demands, as filter reads a pod (unit: for the messages)
-            (asked, cards), demand_error = podask.demands(pod, names, unit), ""
-        except demand.DemandError as err:
+            (asked, cards), demand_error = podread.of_pod(pod, names, unit).demands(), ""
+        except Finding as err:
             asked, demand_error = None, str(err)
     asks = (asked is not None and asked.asks()) or cards.asks()
     if share is not None and not asks and not demand_error:

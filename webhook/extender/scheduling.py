@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 
-from webhook.core.placement import allocator, demand, filtering, podask
+from webhook.core.placement import allocator, filtering, podask
+from webhook.core.specs.finding import Finding
 from webhook.extender import wholecards as whole
 from webhook.extender import wire
 from webhook.extender.cache import NOT_SYNCED, Cache
@@ -36,7 +37,7 @@ def filter_nodes(
         # From the watch's record when it is the same pod, in the cache's unit, so "write 3; the unit is
         # GiB" names the unit the nodes are counted in.
         ask = podask.read(args.pod, cache.state.pods, cache.names, cache.unit)
-    except demand.DemandError as err:
+    except Finding as err:
         return wire.filter_result(args, [], unresolvable=dict.fromkeys(args.node_names, str(err)))
     if ask.asks_cards:
         return whole.filter_nodes(cache, args, ask.cards)
@@ -58,7 +59,7 @@ def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.
     nodes where the pod does not fit or that the cache does not know."""
     try:
         ask = podask.read(args.pod, cache.state.pods, cache.names, cache.unit)
-    except demand.DemandError:
+    except Finding:
         return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
     if ask.asks_cards:
         # Every empty GPU is alike to a whole card: the extender has no preference among the nodes

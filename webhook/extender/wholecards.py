@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from webhook.core.placement import filtering, modes, wholecards
 from webhook.core.placement.allocator import NoFit
+from webhook.core.specs.demand import Demand
 from webhook.extender import wire
 from webhook.extender.cache import Cache
 
@@ -39,7 +40,7 @@ def refusal(cache: Cache, node: str, mode: modes.Mode | str | None) -> str | Non
     return cache.unshared().get(node)  # ours: not while NVIDIA's plugin's own card pods still run
 
 
-def filter_nodes(cache: Cache, args: wire.ExtenderArgs, cards: wholecards.CardDemand) -> wire.FilterResult:
+def filter_nodes(cache: Cache, args: wire.ExtenderArgs, cards: Demand) -> wire.FilterResult:
     passed: list[str] = []
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}

@@ -12,17 +12,14 @@ file never makes processes vanish).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeGuard
-
-import yaml
+from typing import TypeGuard
 
 from webhook.core.node import devices
 from webhook.core.usage import usage
-from webhook.gpus.inventory import InventoryError, parse_memory_mib
+from webhook.gpus.inventory import InventoryError, parse_memory_mib, read_document
 
 log = logging.getLogger(__name__)
 MIB = 1 << 20
@@ -61,17 +58,8 @@ class FakeUsage:
 
 def read_processes(path: Path, indexes: Sequence[int]) -> dict[int, list[usage.ProcessSample]]:
     """GPU index -> its processes, from the file; InventoryError naming the file and entry."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return {}
-    except OSError as err:
-        raise InventoryError(f"fake processes file {path}: {err.strerror or err}") from None
-    try:
-        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        raise InventoryError(f"fake processes file {path}: not YAML/JSON ({err})") from None
-    data = {} if data is None else data  # an empty file: no processes
+    data = read_document(path, "fake processes file", missing_ok=True)
+    data = {} if data is None else data  # no file, or an empty one: no processes
     items = data.get("processes") if isinstance(data, dict) else None
     if isinstance(data, dict) and items is None:
         items = []  # "processes:" with nothing under it

@@ -88,17 +88,27 @@ def parse_fake_gpus(spec: str) -> FakeInventory:
     return FakeInventory(gpus)
 
 
+def read_document(path: Path, what: str, *, missing_ok: bool = False) -> Any:
+    """The YAML or JSON document of a declared file (None for an empty one, and for a missing one when
+    `missing_ok`); InventoryError naming `what`, the file and why."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError as err:
+        if missing_ok:
+            return None
+        raise InventoryError(f"{what} {path}: {err.strerror or err}") from None
+    except OSError as err:
+        raise InventoryError(f"{what} {path}: {err.strerror or err}") from None
+    try:
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as err:
+        raise InventoryError(f"{what} {path}: not YAML/JSON ({err})") from None
+
+
 def load_inventory_file(path: Path) -> FakeInventory:
     """A YAML or JSON file: `gpus: [{index: 0, memory: 16GiB, uuid: ..., model: ..., compute_capability:
     "7.0"}, ...]`; uuid, model and compute_capability are optional."""
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise InventoryError(f"inventory file {path}: {err.strerror or err}") from None
-    try:
-        data: Any = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as err:
-        raise InventoryError(f"inventory file {path}: not YAML/JSON ({err})") from None
+    data = read_document(path, "inventory file")
     items = data.get("gpus") if isinstance(data, dict) else None
     if not isinstance(items, list) or not items:
         raise InventoryError(f"inventory file {path}: expected 'gpus: [{{index: 0, memory: 16GiB}}, ...]'")

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, progname
-from webhook.core.placement import allocator, wholecards
+from webhook.core.placement import allocator
 from webhook.core.wire import resources
 from webhook.extender import service
 from webhook.extender import settings as ext_settings
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _resource(value: str) -> str:
     try:
-        return wholecards.resource_name(value)
+        return resources.whole_card_resource(value)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
 

@@ -1,11 +1,11 @@
 """The rules for DRA claims of our DeviceClasses: a ResourceClaim's or ResourceClaimTemplate's requests that
-name the share class (a share of one GPU's memory) or the whole-GPU class, as Violations and warnings in
+name the share class (a share of one GPU's memory) or the whole-GPU class, as Findings and warnings in
 the words of the pod rules. The webhook and `gpushare check` both reach them through `verdict.evaluate`.
 
     check({"kind": "ResourceClaim", "apiVersion": "resource.k8s.io/v1", "spec": {"devices": {"requests": [
         {"name": "gpu", "exactly": {"deviceClassName": "gpushare-memory",
                                     "capacity": {"requests": {"memory": "3"}}}}]}}}, ClaimPolicy())
-    -> Found((Violation("spec.devices.requests[0].exactly.capacity.requests.memory", None, "3",
+    -> Found((Finding("spec.devices.requests[0].exactly.capacity.requests.memory", None, "3",
               "is read as 3 bytes: ...", "write 3Gi"),), ())
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.admission import rules
-from webhook.core.specs import gpumem, templates
+from webhook.core.specs import finding, gpumem, templates
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import quantity, resources
 
 GROUP = "resource.k8s.io"
@@ -55,7 +55,7 @@ class ClaimPolicy:
 
 
 class Found(NamedTuple):
-    violations: tuple[rules.Violation, ...]
+    violations: tuple[Finding, ...]
     warnings: tuple[str, ...]
 
 
@@ -120,16 +120,16 @@ def check(obj: Mapping[str, Any], policy: ClaimPolicy, least_mib: int = 0) -> Fo
 
 
 class _Found(NamedTuple):
-    violations: list[rules.Violation]
+    violations: list[Finding]
     warnings: list[str]
     least_mib: int = 0  # the least share without a warning
 
     def wrong(self, path: str, value: object, expected: str) -> None:
-        self.violations.append(rules.wrong_type(path, None, value, expected))
+        self.violations.append(finding.wrong_type(path, None, value, expected))
 
     def add(self, path: str, value: object, problem: str, fix: str) -> None:
-        shown = None if value is None else rules.show(value)
-        self.violations.append(rules.Violation(path, None, shown, problem, fix))
+        shown = None if value is None else gpumem.show(value)
+        self.violations.append(Finding(path, None, shown, problem, fix))
 
     def done(self) -> Found:
         return Found(tuple(self.violations), tuple(self.warnings))
@@ -155,7 +155,7 @@ def _check_request(
             found.add(
                 templates.key_path(capacity_path, key),
                 None,
-                f"the GPUs of class {cls} publish no capacity {rules.show(key)}, only {CAPACITY}, "
+                f"the GPUs of class {cls} publish no capacity {gpumem.show(key)}, only {CAPACITY}, "
                 "so no GPU would fit the claim",
                 f"remove it (they publish {CAPACITY} only)",
             )
@@ -182,19 +182,17 @@ def _check_request(
 
 def _asked(request: Mapping[str, Any], path: str, found: _Found) -> Mapping[str, Any] | None:
     """`capacity.requests` ({} when absent); None when either is of the wrong type (reported)."""
-    capacity = request.get("capacity")
-    if capacity is None:
-        return {}
-    if not isinstance(capacity, templates.OBJECT):
-        found.wrong(f"{path}.capacity", capacity, "an object")
-        return None
-    asked = capacity.get("requests")
-    if asked is None:
-        return {}
-    if not isinstance(asked, templates.OBJECT):
-        found.wrong(f"{path}.capacity.requests", asked, "an object")
-        return None
-    return asked
+    node: Mapping[str, Any] = request
+    for key in ("capacity", "requests"):
+        value = node.get(key)
+        path = f"{path}.{key}"
+        if value is None:
+            return {}
+        if not isinstance(value, templates.OBJECT):
+            found.wrong(path, value, "an object")
+            return None
+        node = value
+    return node
 
 
 def _count_problem(
@@ -262,7 +260,7 @@ def _check_memory(raw: object, path: str, name: str, policy: ClaimPolicy, found:
     if steps * policy.step != amount:
         rounded = size(int(steps) * policy.step)
         found.warnings.append(
-            f"request {name}: memory {rules.show(raw)} is rounded up to {rounded} "
+            f"request {name}: memory {gpumem.show(raw)} is rounded up to {rounded} "
             f"(steps of {size(policy.step)}); ask {rounded}"
         )
     granted = int(steps) * policy.step // MIB  # what the driver gives the claim

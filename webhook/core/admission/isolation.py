@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.admission import rules
-from webhook.core.specs import podspec, specview, templates
+from webhook.core.specs import finding, gpumem, podspec, specview, templates
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 _BOOLS = ("true", "false")
@@ -34,11 +34,11 @@ class IsolationPolicy:
 class IsolationDecision(NamedTuple):  # a NamedTuple: built per review, cheaper than a frozen dataclass
     value: str | None  # "true"/"false" to add to nodeSelector; None: nothing to add
     warnings: tuple[str, ...] = ()
-    violation: rules.Violation | None = None  # e.g. annotation value "maybe"
+    violation: Finding | None = None  # e.g. annotation value "maybe"
 
 
 class _WrongType(Exception):
-    def __init__(self, violation: rules.Violation) -> None:
+    def __init__(self, violation: Finding) -> None:
         super().__init__(str(violation))
         self.violation = violation
 
@@ -58,7 +58,7 @@ def _get(
     if value is None or isinstance(value, expected):
         return value
     who = None if container is None else _container_name(container)  # built only for the violation
-    raise _WrongType(rules.wrong_type(templates.key_path(path, key), who, value, what))
+    raise _WrongType(finding.wrong_type(templates.key_path(path, key), who, value, what))
 
 
 def gpu_memory_containers(
@@ -95,7 +95,7 @@ def _env_setting(container: podspec.Container, env_name: str, warnings: list[str
     for i, item in enumerate(env):
         if not isinstance(item, templates.OBJECT):
             raise _WrongType(
-                rules.wrong_type(f"{path}.env[{i}]", _container_name(body), item, "an object (an env var)")
+                finding.wrong_type(f"{path}.env[{i}]", _container_name(body), item, "an object (an env var)")
             )
         if item.get("name") != env_name:
             continue
@@ -161,7 +161,7 @@ def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinit
     for t, term in enumerate(terms or ()):
         term_path = f"{path}.nodeSelectorTerms[{t}]"
         if not isinstance(term, templates.OBJECT):
-            raise _WrongType(rules.wrong_type(term_path, None, term, "an object"))
+            raise _WrongType(finding.wrong_type(term_path, None, term, "an object"))
         values, constrained = _term_values(term, key, term_path)
         named = named or constrained
         # Terms are ORed: one that leaves the key alone allows every value.
@@ -179,7 +179,9 @@ def _term_values(term: Mapping[str, Any], key: str, term_path: str) -> tuple[set
     constrained = False
     for e, expr in enumerate(exprs or ()):
         if not isinstance(expr, templates.OBJECT):
-            raise _WrongType(rules.wrong_type(f"{term_path}.matchExpressions[{e}]", None, expr, "an object"))
+            raise _WrongType(
+                finding.wrong_type(f"{term_path}.matchExpressions[{e}]", None, expr, "an object")
+            )
         if expr.get("key") != key:
             continue
         constrained = True
@@ -219,20 +221,20 @@ def _annotation(view: specview.SpecView, key: str) -> str | None:
     annotations = view.annotations
     if annotations is not None and not isinstance(annotations, templates.OBJECT):
         path = templates.key_path(templates.join(view.path, "metadata"), "annotations")
-        raise _WrongType(rules.wrong_type(path, None, annotations, "an object"))
+        raise _WrongType(finding.wrong_type(path, None, annotations, "an object"))
     if annotations is None or key not in annotations:
         return None
     raw = annotations[key]
     path = templates.key_path(templates.join(view.path, "metadata.annotations"), key)
     if not isinstance(raw, str):
-        raise _WrongType(rules.wrong_type(path, None, raw, 'a string: "true" or "false" in quotes'))
+        raise _WrongType(finding.wrong_type(path, None, raw, 'a string: "true" or "false" in quotes'))
     value = raw.strip().lower()
     if value not in _BOOLS:
         raise _WrongType(
-            rules.Violation(
+            Finding(
                 path,
                 None,
-                rules.show(raw),
+                gpumem.show(raw),
                 'is not an allowed value; allowed: "true" (isolation off) or "false" (GPU memory isolated)',
                 f'set annotation {key} to "true" or "false", or remove it',
             )
@@ -276,7 +278,7 @@ def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecisi
 
     if selector is not None and key in selector:
         current = selector[key]
-        shown = templates.printable(rules.show(current), 20)
+        shown = templates.printable(gpumem.show(current), 20)
         if current not in _BOOLS:
             warnings.append(f"nodeSelector {key}={shown} matches no gpushare node pool (use true or false)")
         elif signal is not None and signal != current:

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.core.admission import claims, isolation, lookalikes, rules
-from webhook.core.specs import gpumem, specview, templates
+from webhook.core.specs import finding, gpumem, podread, specview, templates
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import patches, resources
 from webhook.core.wire.units import unit_mib
 
@@ -63,7 +64,7 @@ class Policy:
 # ~0.4 us cheaper to build.
 class TemplateVerdict(NamedTuple):
     path: str
-    violations: tuple[rules.Violation, ...]
+    violations: tuple[Finding, ...]
     warnings: tuple[str, ...]
     isolation: str | None  # the nodeSelector value the webhook adds (or would add) to this template's pods
     scheduler_name: str | None  # the schedulerName the webhook adds (Policy.scheduler_name mode), else None
@@ -71,7 +72,7 @@ class TemplateVerdict(NamedTuple):
 
 class Verdict(NamedTuple):
     templates: tuple[TemplateVerdict, ...]
-    violations: tuple[rules.Violation, ...]  # all, in a stable order
+    violations: tuple[Finding, ...]  # all, in a stable order
     # De-duplicated, each <= 120 characters, no control characters; at most MAX_WARNINGS (the last then
     # says how many more).
     warnings: tuple[str, ...]
@@ -141,7 +142,7 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
     if current in (None, "", _DEFAULT_SCHEDULER):
         return policy.scheduler_name, []
     if current != policy.scheduler_name:
-        shown = rules.show(current)
+        shown = gpumem.show(current)
         return None, [
             f"schedulerName {shown} is kept; gpu-mem pods need {policy.scheduler_name} to be placed"
         ]
@@ -168,9 +169,10 @@ def _small_shares(view: specview.SpecView, policy: Policy) -> list[str]:
 
 
 def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
-    # One view of the template (its containers walked, each GPU quantity parsed once) serves every rule.
-    view = specview.read(template, policy.names)
-    violations = rules.check(view, policy.memory_unit)
+    # One read of the template (its containers walked, each GPU quantity parsed once) serves every rule.
+    read = podread.read(template, policy.names, policy.memory_unit)
+    view = read.view
+    violations = rules.check(read)
     decision = isolation.decide_view(view, policy.isolation)
     if decision.violation is not None:
         violations.append(decision.violation)
@@ -191,7 +193,7 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
 def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
     """Check every pod template of `obj` (any JSON value: wrong types become violations, never errors)."""
     if not isinstance(obj, templates.OBJECT):
-        problem = rules.wrong_type("", None, obj, "an object (a Kubernetes manifest)")
+        problem = finding.wrong_type("", None, obj, "an object (a Kubernetes manifest)")
         return Verdict((), (problem,), (), allowed=False)
     kind = obj.get("kind")
     kind = templates.printable(kind, 63) if isinstance(kind, str) else ""
@@ -201,7 +203,7 @@ def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
         return Verdict((), asked.violations, warned, not asked.violations, kind)
     found = templates.scan(obj)
     violations = [
-        rules.Violation(
+        Finding(
             m.path,
             None,
             None,

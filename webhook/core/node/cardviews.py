@@ -25,8 +25,9 @@ from webhook.core.node.podviews import (
     container_name,
 )
 from webhook.core.placement import annotations as ann
-from webhook.core.placement import wholecards
-from webhook.core.placement.demand import DemandError
+from webhook.core.specs import podread
+from webhook.core.specs.demand import NO_DEMAND, Demand
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 
@@ -41,10 +42,11 @@ def card_view(
     base = base_fields(meta, pod.get("status") or {})
     uid: str = base["uid"]
     created = str(meta.get("creationTimestamp") or "")
+    read = podread.of_spec(spec, names) if isinstance(spec, Mapping) else None
     try:
-        cards = wholecards.pod_cards(pod, names)
-    except DemandError as err:
-        if not isinstance(spec, Mapping) or not wholecards.asks_cards(spec, names):
+        cards = NO_DEMAND if read is None else read.cards()
+    except Finding as err:
+        if read is None or not read.asks_cards():
             return None  # a share pod's own problem: the gpu-mem endpoint reports it
         return PodView(
             order=(arrival, 0, created, uid), first_units=0, problem=f"unreadable request: {err}", **base
@@ -67,7 +69,7 @@ def card_view(
     return PodView(order=order, first_units=first, slots=slots, placement=placement, **base)
 
 
-def _slots(spec: Mapping[str, Any], cards: wholecards.CardDemand, alloc: ann.Allocation) -> tuple[Slot, ...]:
+def _slots(spec: Mapping[str, Any], cards: Demand, alloc: ann.Allocation) -> tuple[Slot, ...]:
     """Init containers, then app containers, those asking cards only (the kubelet's Allocate order)."""
     apps: list[Slot] = []
     for i, count in enumerate(cards.containers):

@@ -12,7 +12,9 @@ from typing import Any
 
 from webhook.core.node import mps
 from webhook.core.placement import annotations as ann
-from webhook.core.placement import demand
+from webhook.core.specs import podread
+from webhook.core.specs.demand import Demand
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 NO_PLACEMENT = "has no gpushare placement (it was not bound by the gpushare extender)"
@@ -62,8 +64,8 @@ def pod_view(
     base = base_fields(meta, pod.get("status") or {})
     uid: str = base["uid"]
     try:
-        want = demand.pod_demand(pod, names)
-    except demand.DemandError as err:
+        want = podread.of_pod(pod, names).memory()
+    except Finding as err:
         return PodView(
             order=(arrival, 0, "", uid), first_units=0, problem=f"unreadable request: {err}", **base
         )
@@ -110,9 +112,7 @@ def waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     )
 
 
-def _slots(
-    pod: Mapping[str, Any], want: demand.GpuMemoryDemand, placement: ann.Placement
-) -> tuple[Slot, ...]:
+def _slots(pod: Mapping[str, Any], want: Demand, placement: ann.Placement) -> tuple[Slot, ...]:
     """The kubelet's Allocate order: init containers, then app containers, those asking memory only."""
     spec = pod.get("spec") or {}
     alloc = placement.allocation
@@ -149,9 +149,7 @@ def _slots(
     return tuple(slots)
 
 
-def _check_entries(
-    spec: Mapping[str, Any], want: demand.GpuMemoryDemand, alloc: ann.Allocation, legacy: bool
-) -> None:
+def _check_entries(spec: Mapping[str, Any], want: Demand, alloc: ann.Allocation, legacy: bool) -> None:
     """Every entry gives memory to a container that asks for it; the extender writes no other.
 
     A 0-unit entry would add its GPU to the container's env (NVIDIA_VISIBLE_DEVICES), and an entry for
@@ -178,7 +176,7 @@ def _check_entries(
             )
 
 
-def _init_gpus(units: int, per_gpu: Mapping[int, int], want: demand.GpuMemoryDemand) -> dict[int, int]:
+def _init_gpus(units: int, per_gpu: Mapping[int, int], want: Demand) -> dict[int, int]:
     # Init containers run before the app containers, inside what the pod holds: split like the pod
     # when it is split over several GPUs, else on the GPU where the pod holds most (lowest index).
     gpus = sorted(per_gpu)

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.core.placement import annotations as ann
-from webhook.core.placement import demand
+from webhook.core.specs import podread
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import quantity, resources
 from webhook.core.wire.units import unit_mib
 
@@ -307,8 +308,8 @@ def build(
             continue
         if holds_memory(pod):
             try:
-                asks = demand.pod_demand(pod, names).asks()
-            except demand.DemandError as err:
+                asks = podread.of_pod(pod, names).memory().asks()
+            except Finding as err:
                 skipped.append(Skipped(pod_key(pod), str(err)))
                 continue
             if asks:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from webhook.core.placement import spreading
 from webhook.core.placement.accounting import Gpu
 from webhook.core.placement.annotations import Allocation
-from webhook.core.placement.demand import GpuMemoryDemand
 from webhook.core.specs import gpumem
+from webhook.core.specs.demand import Demand
 from webhook.core.wire import resources
 
 MIN_SCORE = 0
@@ -69,7 +69,7 @@ def _pick(free: Mapping[int, int], need: int, policy: Policy, held: Mapping[int,
 
 
 def fit(
-    demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy = Policy.BINPACK, unit: str = "GiB"
+    demand: Demand, gpus: Sequence[Gpu], policy: Policy = Policy.BINPACK, unit: str = "GiB"
 ) -> Fit | NoFit:
     """Where the pod goes on this node, or why it cannot go there."""
     if not demand.asks():
@@ -133,7 +133,7 @@ def again(allocation: Allocation, gpus: Sequence[Gpu]) -> Fit | None:
 EMPTIED = "even with no other pod on it: "
 
 
-def never_fits(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy, unit: str) -> str | None:
+def never_fits(demand: Demand, gpus: Sequence[Gpu], policy: Policy, unit: str) -> str | None:
     """Why the pod cannot go on this node even with no other pod on it, or None when it could."""
     result = fit(demand, [replace(g, used=0) for g in gpus], policy, unit)
     return None if isinstance(result, Fit) else EMPTIED + result.reason
@@ -144,7 +144,7 @@ def too_small(largest: int, need: int, unit: str) -> str:
 
 
 def _fit_split(
-    demand: GpuMemoryDemand,
+    demand: Demand,
     *,
     free: Mapping[int, int],
     held: Mapping[int, int],
@@ -184,7 +184,7 @@ def _fit_split(
     return Fit(Allocation(containers), memory[chosen[0]])
 
 
-def quick_fit(demand: GpuMemoryDemand, free_desc: Sequence[int]) -> bool | None:
+def quick_fit(demand: Demand, free_desc: Sequence[int]) -> bool | None:
     """A cheap answer from the node's free memory per healthy GPU, largest first, for filter at scale.
 
     True: it surely fits; False: it surely does not; None: ask `fit`.

@@ -13,9 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from webhook.core.placement import accounting, allocator, demand, wholecards
+from webhook.core.placement import accounting, allocator
 from webhook.core.placement.allocator import Policy
-from webhook.core.specs import gpumem, specview
+from webhook.core.specs import podread
+from webhook.core.specs.demand import Demand
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 
@@ -27,19 +29,19 @@ class Remembered(Protocol):
     @property
     def count_label(self) -> object: ...
     @property
-    def demand(self) -> demand.GpuMemoryDemand | None: ...
+    def demand(self) -> Demand | None: ...
     @property
     def demand_error(self) -> str: ...
     @property
-    def cards(self) -> wholecards.CardDemand: ...
+    def cards(self) -> Demand: ...
 
 
 @dataclass(frozen=True, slots=True)
 class PodAsk:
     key: str
     uid: str
-    memory: demand.GpuMemoryDemand
-    cards: wholecards.CardDemand
+    memory: Demand
+    cards: Demand
     policy: Policy | None  # the pod's placement-policy annotation; None: the node's label or the default
     need: int  # memory.effective, computed once: filter compares it with every node
     asks_cards: bool
@@ -58,27 +60,18 @@ def lends(record: Remembered, uid: str, label: object) -> bool:
     return bool(uid) and record.uid == uid and record.count_label == label
 
 
-def demands(
-    pod: Mapping[str, Any], names: resources.GpuResourceNames, unit: str = gpumem.DEFAULT_UNIT
-) -> tuple[demand.GpuMemoryDemand, wholecards.CardDemand]:
-    """Both demands from one walk of the pod's containers (as `demand.pod_demand`, then
-    `wholecards.pod_cards`, would read them, with the same DemandErrors in the same order)."""
-    view = specview.read(demand.template_of(pod), names)
-    return demand.of_view(view, unit), wholecards.of_view(view)
-
-
 def remembered_or_read(
     pod: Mapping[str, Any], record: Remembered | None, names: resources.GpuResourceNames, unit: str
-) -> tuple[demand.GpuMemoryDemand, wholecards.CardDemand]:
+) -> tuple[Demand, Demand]:
     """`record`'s demands when it is of the same pod (UID) with the same gpu-count label; else read anew.
-    DemandError when they cannot be read."""
+    The first Finding when they cannot be read."""
     meta = pod.get("metadata")
     uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
     if record is not None and lends(record, uid, count_label(meta, names)):
         if record.demand is None:
-            raise demand.DemandError(record.demand_error)
+            raise Finding.of_text(record.demand_error)
         return record.demand, record.cards
-    return demands(pod, names, unit)
+    return podread.of_pod(pod, names, unit).demands()
 
 
 def read(
@@ -87,7 +80,7 @@ def read(
     names: resources.GpuResourceNames,
     unit: str,
 ) -> PodAsk:
-    """The pod's ask; `known`: the watch's records by pod key. DemandError when its demand is unreadable
+    """The pod's ask; `known`: the watch's records by pod key. the first Finding when its demand is unreadable
     (`unit` names the unit the nodes are counted in, in the message)."""
     meta = pod.get("metadata")
     key = accounting.pod_key(pod) if isinstance(meta, Mapping) else ""

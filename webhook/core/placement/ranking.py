@@ -22,7 +22,7 @@ from typing import TypeAlias
 from webhook.core.placement import allocator, spreading
 from webhook.core.placement.accounting import Gpu
 from webhook.core.placement.allocator import Fit, Policy
-from webhook.core.placement.demand import GpuMemoryDemand
+from webhook.core.specs.demand import Demand
 
 Rank: TypeAlias = tuple[int, ...]
 
@@ -44,7 +44,7 @@ def of_fit(placed: Fit, gpus: Sequence[Gpu], policy: Policy) -> Rank:
     return key(policy, left, healthy_free - sum(per_gpu.values()), max(held, default=0), sum(held))
 
 
-def rank(demand: GpuMemoryDemand, gpus: Sequence[Gpu], policy: Policy) -> Rank | None:
+def rank(demand: Demand, gpus: Sequence[Gpu], policy: Policy) -> Rank | None:
     """The node's key for this pod, or None when the pod does not fit there."""
     placed = allocator.fit(demand, gpus, policy)
     return of_fit(placed, gpus, policy) if isinstance(placed, Fit) else None

@@ -1,2 +1,2 @@
-"""A pod spec read once: pod templates inside any object, each container's GPU fields with their paths and
-parsed amounts, and how a gpu-mem value is worded. May import wire only."""
+"""A pod read once (podread): pod templates inside any object, each container's GPU fields and parsed
+amounts, the resource rules' findings and the pod's demands, and how they are worded. May import wire only."""

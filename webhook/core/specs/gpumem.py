@@ -40,7 +40,7 @@ class Problem(NamedTuple):
 
 
 def describe(path: str, container: str | None, value: str | None, problem: str, fix: str) -> str:
-    """A finding on one line: `path (container "c"): "value": problem; fix: fix` (a Violation's text)."""
+    """A finding on one line: `path (container "c"): "value": problem; fix: fix` (a Finding's text)."""
     where = path or "(object)"
     if container is not None:
         where += f' (container "{container}")'

@@ -1,6 +1,6 @@
-"""One pod template read once into what the GPU rules look at, as kube-scheduler's CycleState: built
-before the first rule, then read by all of them (rules, isolation, look-alikes, the mixed-pod rule, and
-the demand that the extender, the device plugin and `gpushare check` count with).
+"""The walk of one pod template, which its read (core.specs.podread) holds: built before the first rule,
+then read by all of them (the resource rules, isolation, look-alikes, the mixed-pod rule, and the demand
+that the extender, the device plugin and `gpushare check` count with).
 
 One walk builds it: each container's name, path, misshapen sections and GPU values (limit and request as
 written and parsed, or the reason they do not parse; podspec.GpuValue), and the pod-level facts the rules

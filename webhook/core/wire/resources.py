@@ -6,6 +6,7 @@ spelled once. Values are the original gpushare project's, byte for byte (wire co
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -89,3 +90,22 @@ class GpuResourceNames:
         exact = self._exact
         prefixes = self.whole_device_prefixes
         return sorted([k for k in keys if k in exact or (isinstance(k, str) and k.startswith(prefixes))])
+
+
+# An extended resource name (pkg/apis/core/validation: IsExtendedResourceName): a DNS-1123 subdomain
+# prefix, a "/", and a qualified name; the kubelet refuses to register anything else.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+
+
+def whole_card_resource(text: str) -> str:
+    """`text` when it can name the whole-card resource (`--whole-card-resource`); ValueError saying why
+    not."""
+    domain, slash, name = text.partition("/")
+    if not slash or not _QUALIFIED.match(name) or len(domain) > 253 or not _DNS_SUBDOMAIN.match(domain):
+        raise ValueError(f"{text!r} is not an extended resource name (<domain>/<name>, e.g. nvidia.com/gpu)")
+    if domain == "kubernetes.io" or domain.endswith(".kubernetes.io"):
+        raise ValueError(f"{text!r} is in the kubernetes.io domain, which device plugins cannot serve")
+    if text in (GPU_MEMORY, GPU_COUNT):
+        raise ValueError(f"{text!r} is the GPU memory protocol's own resource, not whole cards")
+    return text

@@ -1,8 +1,13 @@
-"""What a pod asks of shared GPU memory: per-container `aliyun.com/gpu-mem` and the GPU-count split.
+"""What a pod asks of GPUs, per container: shares of GPU memory (`aliyun.com/gpu-mem`, with the GPU-count
+split) and whole cards (`nvidia.com/gpu` by default), both as one `Demand`, and the rule that one pod takes
+whole cards or shares, not both.
 
-The webhook's rules, the extender's filter and the device plugin's Allocate all read a pod's demand
-from its view (core/specs/specview.py: each quantity parsed once) through `pod_demand` or `of_view`, so they
-agree on the numbers (HAMi's lesson: one device model for all parts).
+The webhook's rules, the extender's filter and the device plugin's Allocate all read a pod's demand from
+its read (core/specs/podread.py: each quantity parsed once, in one walk), so they agree on the numbers
+(HAMi's lesson: one device model for all parts). A demand that cannot be read raises the `Finding` the
+webhook's rules list for the same mistake.
+
+    pod_demand(pod)  -> Demand(containers=(4, 0), init_containers=(), gpu_count=1)
 """
 
 from __future__ import annotations
@@ -11,17 +16,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core.specs import gpumem, podspec, specview, templates
+from webhook.core.specs import finding, gpumem, podspec, specview, templates
+from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
-
-class DemandError(ValueError):
-    """A pod whose GPU-memory request cannot be read; the message says what to fix."""
+_NAME_LIMIT = 63
 
 
 @dataclass(frozen=True, slots=True)
-class GpuMemoryDemand:
-    """gpu-mem units per container (spec.containers order, 0 when none) and GPUs to spread over."""
+class Demand:
+    """Per container (spec.containers order, 0 when none) and per init container what the pod asks of one
+    resource: gpu-mem units, or whole cards; and the GPUs a share is spread over (1 for whole cards)."""
 
     containers: tuple[int, ...]
     init_containers: tuple[int, ...] = ()
@@ -34,8 +39,10 @@ class GpuMemoryDemand:
 
     @property
     def effective(self) -> int:
-        """What the pod holds at once: init containers run one by one, before the app containers."""
-        return podspec.held_at_once(self.containers, self.init_containers)
+        """What the pod holds at once: init containers run one by one before the app containers, so the
+        larger of the app containers' sum and the largest init container (the kubelet's and
+        kube-scheduler's effective request; for cards, the app containers reuse the init containers')."""
+        return max(sum(self.containers), max(self.init_containers, default=0))
 
     @property
     def per_gpu(self) -> int:
@@ -46,14 +53,13 @@ class GpuMemoryDemand:
         return self.effective > 0
 
 
-def _error(path: str, container: str | None, value: object, found: gpumem.Problem) -> DemandError:
-    # Worded as the webhook's Violation, so the extender and `gpushare check` say the same.
-    shown = None if value is None else gpumem.show(value)
-    return DemandError(gpumem.describe(path, container, shown, found.problem, found.fix))
+NO_DEMAND = Demand(())
+
+_error = finding.at
 
 
-def _wrong_type(path: str, container: str | None, value: object, expected: str) -> DemandError:
-    # As rules.wrong_type: a scalar is shown, an object or list is not.
+def _wrong_type(path: str, container: str | None, value: object, expected: str) -> Finding:
+    # As finding.wrong_type, but a null is not shown: the extender has always said it so.
     shown = None if isinstance(value, Mapping | list) else value
     return _error(path, container, shown, gpumem.wrong_type(value, expected))
 
@@ -131,7 +137,7 @@ def _check_shape(container: podspec.Container, names: resources.GpuResourceNames
 def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_LABEL) -> int:
     """The number of GPUs the pod label asks to spread over (1 when unset)."""
     if labels is not None and not isinstance(labels, Mapping):
-        raise DemandError("metadata.labels must be an object")
+        raise Finding.of_text("metadata.labels must be an object")
     raw = (labels or {}).get(key)
     if raw is None:
         return 1
@@ -143,7 +149,7 @@ def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_L
     else:
         text, shown = "", f"<{type(raw).__name__}>"
     if not (text.isascii() and text.isdigit()) or len(text) > 6 or int(text) < 1:
-        raise DemandError(f'label {key}={shown} must be a positive whole number of GPUs, e.g. "2"')
+        raise Finding.of_text(f'label {key}={shown} must be a positive whole number of GPUs, e.g. "2"')
     return int(text)
 
 
@@ -154,14 +160,14 @@ def count_label_problem(
     None when it is fine. `total` is the pod's gpu-mem units; None skips the split check."""
     try:
         count = gpu_count(labels, names.count)
-    except DemandError as err:
+    except Finding as err:
         fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
         return gpumem.Problem(templates.printable(str(err), 200), fix)
     if total is None:
         return None
     try:
         check_split(total, count, names.count, unit)
-    except DemandError as err:
+    except Finding as err:
         fix = f"make the pod's total {names.memory} a multiple of {count} {unit}, or change the label"
         return gpumem.Problem(str(err), fix)
     return None
@@ -210,7 +216,7 @@ def check_split(
 ) -> None:
     """Several GPUs for one pod: the pod's total must split evenly (N/M whole units per GPU)."""
     if count > 1 and total % count:
-        raise DemandError(
+        raise Finding.of_text(
             f"label {key}={count} asks to split the pod's {total} {unit} of GPU memory over {count} GPUs, "
             f"which is not a whole number of {gpumem.unit_plural(unit)} per GPU; "
             f"use a total that is a multiple of {count} {unit}"
@@ -221,17 +227,17 @@ def pod_demand(
     pod: Mapping[str, Any],
     names: resources.GpuResourceNames | None = None,
     unit: str = gpumem.DEFAULT_UNIT,
-) -> GpuMemoryDemand:
+) -> Demand:
     """Read a pod (or pod template: metadata + spec) into its GPU-memory demand.
 
-    Any JSON shape is read: a wrong type raises DemandError naming the field, never another error.
+    Any JSON shape is read: a wrong type raises Finding naming the field, never another error.
     """
     names = names or resources.GpuResourceNames()
     return of_view(specview.read(template_of(pod), names), unit)
 
 
 def template_of(pod: Mapping[str, Any]) -> templates.PodTemplate:
-    """The pod (or pod template) as the view reads it; DemandError for a spec or metadata of no object."""
+    """The pod (or pod template) as the view reads it; Finding for a spec or metadata of no object."""
     parts = []
     for key in ("spec", "metadata"):
         value = pod.get(key)
@@ -243,8 +249,8 @@ def template_of(pod: Mapping[str, Any]) -> templates.PodTemplate:
     return templates.PodTemplate("", metadata, spec)
 
 
-def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> GpuMemoryDemand:
-    """The demand of a pod whose view is read (`pod_demand` reads it); DemandError as there."""
+def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> Demand:
+    """The demand of a pod whose view is read (`pod_demand` reads it); Finding as there."""
     names = view.names
     app: list[int] = []
     init: list[int] = []
@@ -272,7 +278,106 @@ def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> GpuMemo
         found = init_problem(asked, sum(app), count, names, unit, sidecar=item.sidecar)
         if found is not None:
             raise _error(memory_path(item, names), item.name, asked, found)
-    return GpuMemoryDemand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)
+    return Demand(containers=tuple(app), init_containers=tuple(init), gpu_count=count)
+
+
+def cards_of_view(view: specview.SpecView) -> Demand:
+    """The whole cards of a pod whose view is read, from the same walk as its memory (`of_view` has
+    raised for its misshapen items). Finding for a count that is no whole number, and for a pod that
+    asks whole cards in one container and shares in another (`mixed`)."""
+    names = view.names
+    app: list[int] = []
+    init: list[int] = []
+    for item in view.containers:
+        (init if item.init else app).append(container_cards(item.body, names.whole_card, item.path))
+    if any(app) or any(init):
+        found = mixed(view.spec, names, view.path, view.items)
+        if found is not None:
+            raise found
+    return Demand(tuple(app), tuple(init))
+
+
+def pod_cards(pod: Mapping[str, Any], names: resources.GpuResourceNames | None = None) -> Demand:
+    """A pod's (or pod template's) whole cards. Finding for bad values and for mixed pods."""
+    names = names or resources.GpuResourceNames()
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return NO_DEMAND
+    return cards_of_view(specview.read(templates.PodTemplate("", {}, spec), names))
+
+
+def _name(body: Mapping[str, Any]) -> str | None:
+    name = body.get("name")
+    return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else None
+
+
+def _raw(body: Mapping[str, Any], name: str) -> tuple[str, object] | None:
+    """(section, value) of `name`: the limit, else the request (defaulting copies limits to requests)."""
+    res = body.get("resources")
+    for section in ("limits", "requests"):
+        values = res.get(section) if isinstance(res, templates.OBJECT) else None
+        if isinstance(values, templates.OBJECT) and name in values:
+            return section, values[name]
+    return None
+
+
+def container_cards(body: Mapping[str, Any], name: str, path: str = "") -> int:
+    """A container's whole cards of resource `name`; 0 when absent. Finding for a value that is no
+    whole, non-negative number (the webhook denies those first, in the same words)."""
+    found = _raw(body, name)
+    if found is None:
+        return 0
+    section, raw = found
+    at = f"{templates.join(path, 'resources')}.{section}[{templates.printable(name, 60)}]"
+    parsed = gpumem.parse(raw)
+    if isinstance(parsed, str):
+        problem = gpumem.Problem(f"is not a valid quantity: {parsed}", 'write a whole number such as "1"')
+    elif parsed.is_negative():
+        problem = gpumem.Problem(f"{name} cannot be negative", 'use 0 or more, e.g. "1"')
+    elif not parsed.is_integer():
+        problem = gpumem.Problem(
+            f"only whole GPUs are possible with {name}", 'write a whole number such as "1"'
+        )
+    else:
+        return parsed.to_int()
+    raise _error(at, _name(body), raw, problem)
+
+
+def mixed(
+    spec: Mapping[str, Any],
+    names: resources.GpuResourceNames,
+    prefix: str = "",
+    walked: list[podspec.Container | podspec.WrongShape] | None = None,
+) -> Finding | None:
+    """Whole cards in one container and a share of GPU memory in another: denied.
+
+    Both come from our device plugin on a shared node, placed by two different rules (a card holds a whole
+    GPU, a share part of one); the placement annotations give one pod one kind. One container asking
+    both is `gpumem.whole_and_memory`, reported at that container instead.
+    """
+    # This runs on every review and most pods ask no cards: look for cards first, shares only then. A
+    # container asking both is not one here (gpumem.whole_and_memory reports it).
+    items = podspec.objects(spec, prefix, walked)
+    carding = [b.asks(names.whole_card) for b in items]
+    if not any(carding):
+        return None
+    asks = [(b, b.asks(names.memory), card) for b, card in zip(items, carding, strict=True)]
+    cards = [b for b, memory, card in asks if card and not memory]
+    shares = [b for b, memory, card in asks if memory and not card]
+    if not cards or not shares:
+        return None
+    card, share = cards[0], shares[0]
+    section = (_raw(card.body, names.whole_card) or ("limits", None))[0]
+    other = _name(share.body) or share.path
+    path = f"{templates.join(card.path, 'resources')}.{section}[{names.whole_card}]"
+    return Finding(
+        path,
+        _name(card.body),
+        None,
+        f'asks for whole GPUs ({names.whole_card}) while container "{other}" asks for a share of GPU '
+        f"memory ({names.memory}); one pod takes whole GPUs or shares, not both",
+        f"put them in two pods, or ask {names.memory} in every container",
+    )
 
 
 def memory_path(item: podspec.Container, names: resources.GpuResourceNames) -> str:

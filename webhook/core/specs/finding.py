@@ -1,0 +1,86 @@
+"""One finding about a pod spec: the field, the container, the value, what is wrong and the fix, on one line.
+
+The webhook and `gpushare check` list findings (a denial names every one); the extender, the device plugin
+and the ledger raise the first finding that leaves a pod's demand unreadable. One type for both, so every
+part words the same mistake the same way.
+
+    str(Finding("spec.containers[0].resources.limits[aliyun.com/gpu-mem]", "c", "3Gi", "is read as ...",
+                "write 3; the unit is GiB"))
+    -> 'spec.containers[0].resources.limits[aliyun.com/gpu-mem] (container "c"): "3Gi": is read as ...;
+        fix: write 3; the unit is GiB'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webhook.core.specs import gpumem
+
+
+class Finding(ValueError):
+    """A problem at one field (`path`; "" for the object itself), in words a data scientist understands.
+
+    A value, listed by the rules; an exception, raised where one finding ends the reading of a demand.
+    `said` is the whole line where a pod-level finding has no field of its own (the gpu-count label).
+    """
+
+    path: str  # field path, e.g. "spec.template.spec.containers[1].resources.limits[nvidia.com/gpu]"
+    container: str | None  # None for pod-level problems such as the gpu-count label
+    value: str | None  # the offending value as the user wrote it
+    problem: str  # what is wrong
+    fix: str  # what to write instead
+    said: str | None
+
+    def __init__(
+        self,
+        path: str,
+        container: str | None,
+        value: str | None,
+        problem: str,
+        fix: str,
+        *,
+        said: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.path, self.container, self.value = path, container, value
+        self.problem, self.fix, self.said = problem, fix, said
+
+    @classmethod
+    def of_text(cls, said: str) -> Finding:
+        """A finding that is one line as it is (a pod-level message, or one kept as text)."""
+        return cls("", None, None, said, "", said=said)
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.path, self.container, self.value, self.problem, self.fix, self.said)
+
+    def __str__(self) -> str:
+        if self.said is not None:
+            return self.said
+        return gpumem.describe(self.path, self.container, self.value, self.problem, self.fix)
+
+    def __repr__(self) -> str:
+        return f"Finding({self.path!r}, {self.container!r}, {self.value!r}, {self.problem!r}, {self.fix!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Finding) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+
+def at(path: str, container: str | None, value: object, found: gpumem.Problem) -> Finding:
+    """The finding of `found` at `path`, the value shown as written (None: no value shown)."""
+    return Finding(path, container, None if value is None else gpumem.show(value), found.problem, found.fix)
+
+
+def wrong_type(path: str, container: str | None, value: object, expected: str) -> Finding:
+    """A field whose JSON type is wrong (the API server would not decode it): a scalar is shown, an
+    object or list is not."""
+    found = gpumem.wrong_type(value, expected)
+    shown = None if isinstance(value, Mapping | list) else gpumem.show(value)
+    return Finding(path, container, shown, found.problem, found.fix)
+
+
+def showing(path: str, container: str | None, value: object, problem: str, fix: str) -> Finding:
+    """The finding with `value` shown as written, whatever it is (a null as "null")."""
+    return Finding(path, container, gpumem.show(value), problem, fix)
