@@ -33,7 +33,7 @@ from webhook.core.usage import overshare, podshares
 from webhook.devcluster.standin.apiserver import pod_manifest
 from webhook.deviceplugin import metrics, state, usagepods, usagepoller
 from webhook.gpus.cgroupreader import CgroupReader
-from webhook.gpus.nvmlusage import NvmlUsage
+from webhook.gpus.usage.nvml import NvmlUsage
 from webhook.serving import probeserver
 
 GPUS = 8

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from webhook.cli import inspect, inspect_table
+from webhook.cli.inspect import command
+from webhook.cli.inspect import table as inspect_table
 from webhook.core.placement import accounting, modes
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
@@ -96,7 +97,7 @@ def cluster(apiserver: ApiServer) -> ApiServer:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = inspect.main(list(argv))
+    code = command.main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -197,13 +198,13 @@ def test_mib_cluster_converts_gpus_published_in_gib(
 
 def test_many_pods_are_listed_page_by_page(apiserver: ApiServer, capsys: pytest.CaptureFixture[str]) -> None:
     apiserver.add_node("big", gpus=8, gpu_mem=8 * 80)
-    for i in range(inspect.PAGE_SIZE + 100):
+    for i in range(command.PAGE_SIZE + 100):
         apiserver.add_pod(
             f"p{i}", gpu_mem=[1], node_name="big", phase="Running", annotations=placed({0: {i % 8: 1}})
         )
     code, out, _ = run(capsys, "--server", apiserver.url, "-o", "json")
     assert code == 0
-    assert json.loads(out)["allocated"] == inspect.PAGE_SIZE + 100
+    assert json.loads(out)["allocated"] == command.PAGE_SIZE + 100
     assert apiserver.requests[("list", "pods")] >= 1
 
 
@@ -234,7 +235,7 @@ def test_many_pods_are_listed_page_by_page(apiserver: ApiServer, capsys: pytest.
 )
 def test_bad_arguments_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
-        inspect.main(argv)
+        command.main(argv)
     assert exit_.value.code == 2
     assert "usage: gpushare inspect" in capsys.readouterr().err
 
@@ -247,7 +248,7 @@ def test_a_node_named_twice_is_shown_and_counted_once(
     found = json.loads(out)
     assert [n["name"] for n in found["nodes"]] == ["n1", "n2"]
     assert (found["allocated"], found["total"]) == (71, 152)
-    assert inspect.InspectSettings(nodes=("b", "a", "b")).nodes == ("b", "a")
+    assert command.InspectSettings(nodes=("b", "a", "b")).nodes == ("b", "a")
 
 
 # --- --extender -------------------------------------------------------------------------------------
@@ -453,6 +454,6 @@ def test_namespaces_do_not_combine_with_the_node_views(
     other: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as caught:
-        inspect.main(["--namespaces", *other])
+        command.main(["--namespaces", *other])
     assert caught.value.code == 2
     assert "--namespaces reads the cluster's pods and quotas" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from webhook.cli import inspect
+from webhook.cli.inspect import command
 from webhook.core.node import devices, draslice
 from webhook.core.placement import annotations as ann
 from webhook.core.placement import modes
@@ -79,7 +79,7 @@ def cluster(apiserver: ApiServer) -> ApiServer:
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = inspect.main(list(argv))
+    code = command.main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

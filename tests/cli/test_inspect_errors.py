@@ -16,13 +16,14 @@ import pytest
 import urllib3
 import yaml
 
-from webhook.cli import exitcodes, inspect
+from webhook.cli import exitcodes
+from webhook.cli.inspect import command
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = inspect.main(list(argv))
+    code = command.main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 

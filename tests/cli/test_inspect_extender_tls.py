@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.extender.factory import node
-from webhook.cli import inspect
+from webhook.cli.inspect import command
 from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender.service import Extender
@@ -61,12 +61,12 @@ def url(apiserver: ApiServer, files: dict[str, Path]) -> Iterator[str]:
 def test_the_extenders_ca_and_client_certificate_get_its_view(url, files, capsys):
     argv = ["--extender", url, "--extender-ca", str(files["ca"]), "-o", "json"]
     argv += ["--extender-cert", str(files["client.crt"]), "--extender-key", str(files["client.key"])]
-    assert inspect.main(argv) == 0
+    assert command.main(argv) == 0
     assert [n["name"] for n in json.loads(capsys.readouterr().out)["nodes"]] == ["n1"]
 
 
 def test_without_a_client_certificate_the_refusal_is_shown(url, files, capsys):
-    assert inspect.main(["--extender", url, "--extender-ca", str(files["ca"])]) == 1
+    assert command.main(["--extender", url, "--extender-ca", str(files["ca"])]) == 1
     err = capsys.readouterr().err
     assert "answered HTTP 403: the gpushare extender answers filter, prioritize, bind and inspect" in err
 
@@ -74,7 +74,7 @@ def test_without_a_client_certificate_the_refusal_is_shown(url, files, capsys):
 def test_an_unreadable_client_certificate_exits_1_naming_it(url, files, tmp_path, capsys):
     missing = tmp_path / "missing.crt"
     argv = ["--extender", url, "--extender-cert", str(missing), "--extender-key", str(files["client.key"])]
-    assert inspect.main(argv) == 1
+    assert command.main(argv) == 1
     assert f"cannot load {missing}" in capsys.readouterr().err
 
 
@@ -92,7 +92,7 @@ def test_an_unreadable_client_certificate_exits_1_naming_it(url, files, tmp_path
 )
 def test_tls_flags_that_cannot_work_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
-        inspect.main(argv)
+        command.main(argv)
     assert exit_.value.code == 2
     assert message in capsys.readouterr().err
 
@@ -119,12 +119,12 @@ def _tls_argv(url: str, files: dict[str, Path]) -> list[str]:
 
 def test_a_port_forwarded_extender_is_verified_against_its_service_name(service_only_url, capsys):
     url, files = service_only_url
-    assert inspect.main([*_tls_argv(url, files), "--extender-server-name", SERVICE]) == 0
+    assert command.main([*_tls_argv(url, files), "--extender-server-name", SERVICE]) == 0
     assert [n["name"] for n in json.loads(capsys.readouterr().out)["nodes"]] == ["n1"]
 
 
 def test_without_the_server_name_the_address_mismatch_is_an_error_not_a_trust(service_only_url, capsys):
     url, files = service_only_url
-    assert inspect.main(_tls_argv(url, files)) == 1
+    assert command.main(_tls_argv(url, files)) == 1
     err = capsys.readouterr().err
     assert "cannot reach the extender" in err and "127.0.0.1" in err

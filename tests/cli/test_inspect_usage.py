@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from tests.cli.test_inspect import placed
-from webhook.cli import inspect, inspect_table, inspect_usage
+from webhook.cli.inspect import command, table
+from webhook.cli.inspect import usage as inspect_usage
 from webhook.core.usage import usage, usagereport
 from webhook.devcluster.standin.apiserver import ApiServer, pod_manifest
 from webhook.kube import errors
@@ -18,7 +19,7 @@ from webhook.kube import errors
 GIB = 1 << 30
 
 
-def _cluster() -> inspect_table.ClusterUse:
+def _cluster() -> table.ClusterUse:
     nodes = [
         {
             "metadata": {"name": "n1"},
@@ -40,7 +41,7 @@ def _cluster() -> inspect_table.ClusterUse:
             "solo", "ml", gpu_mem=[8], node_name="n2", phase="Running", annotations=placed({0: {0: 8}})
         ),
     ]
-    return inspect.cluster_use(nodes, pods)
+    return command.cluster_use(nodes, pods)
 
 
 REPORT = usage.NodeUsage(
@@ -137,7 +138,7 @@ def test_the_summary_shows_used_beside_allocated_per_gpu_and_in_the_cluster():
     merged = inspect_usage.merge(
         _cluster(), {"n1": REPORT, "n2": "usage: no gpushare device plugin pod on this node"}
     )
-    text = inspect_table.render_text(merged)
+    text = table.render_text(merged)
     n1 = next(line for line in text.splitlines() if line.startswith("n1"))
     assert "4/16 (used 6.5)" in n1 and "2/16 (used 1.0)" in n1
     assert "Used/Total GPU Memory In Cluster (GiB):\n7.5/48 (16%)" in text
@@ -146,7 +147,7 @@ def test_the_summary_shows_used_beside_allocated_per_gpu_and_in_the_cluster():
 
 def test_details_show_each_pods_use_its_over_share_and_pods_using_a_gpu_without_a_share():
     merged = inspect_usage.merge(_cluster(), {"n1": REPORT})
-    text = inspect_table.render_text(merged, details=True)
+    text = table.render_text(merged, details=True)
     lines = text.splitlines()
     header = next(line for line in lines if line.startswith("NAME ") and "GPU0(Used)" in line)
     assert header.split() == [
@@ -194,9 +195,9 @@ def test_details_show_each_pods_use_its_over_share_and_pods_using_a_gpu_without_
 
 
 def test_json_carries_bytes_utilisation_and_over_share_only_with_usage():
-    plain = inspect_table.to_json(_cluster())
+    plain = table.to_json(_cluster())
     assert "usedBytes" not in json.dumps(plain)
-    data = inspect_table.to_json(inspect_usage.merge(_cluster(), {"n1": REPORT}))
+    data = table.to_json(inspect_usage.merge(_cluster(), {"n1": REPORT}))
     gpu0 = data["nodes"][0]["gpus"][0]
     assert (gpu0["usedBytes"], gpu0["utilization"], gpu0["unattributedBytes"]) == (
         int(6.5 * GIB),
@@ -209,9 +210,9 @@ def test_json_carries_bytes_utilisation_and_over_share_only_with_usage():
 
 
 def test_mib_clusters_show_whole_mib():
-    assert inspect_table.amount(1536 * (1 << 20), "MiB") == "1536"
-    assert inspect_table.amount(1536 * (1 << 20), "128MiB") == "12.0"
-    assert inspect_table.amount(None, "GiB") == "-"
+    assert table.amount(1536 * (1 << 20), "MiB") == "1536"
+    assert table.amount(1536 * (1 << 20), "128MiB") == "12.0"
+    assert table.amount(None, "GiB") == "-"
 
 
 @pytest.mark.parametrize(
@@ -225,7 +226,7 @@ def test_mib_clusters_show_whole_mib():
 )
 def test_bad_usage_arguments_exit_2(capsys, argv, needle):
     with pytest.raises(SystemExit) as caught:
-        inspect.main(argv)
+        command.main(argv)
     assert caught.value.code == 2
     assert needle in capsys.readouterr().err
 
@@ -233,7 +234,7 @@ def test_bad_usage_arguments_exit_2(capsys, argv, needle):
 def test_through_the_api_a_node_without_a_plugin_pod_is_a_warning_not_a_failure(apiserver: ApiServer, capsys):
     apiserver.add_node("n1", gpus=1, gpu_mem=16)
     apiserver.add_pod("train", gpu_mem=[4], node_name="n1", phase="Running", annotations=placed({0: {0: 4}}))
-    assert inspect.main(["--server", apiserver.url, "--usage"]) == 0
+    assert command.main(["--server", apiserver.url, "--usage"]) == 0
     out = capsys.readouterr().out
     assert "4/16 (used -)" in out
     assert "warning: n1: usage: no gpushare device plugin pod on this node" in out

@@ -15,8 +15,8 @@ import pytest
 
 from tests.extender.factory import FakeApi, node
 from webhook.extender import app as app_mod
-from webhook.extender.backlog import BindBacklog
-from webhook.extender.binder import Binder
+from webhook.extender.bind.backlog import BindBacklog
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs

@@ -18,7 +18,7 @@ from tests.extender.factory import FakeApi, node, pod
 from webhook.core.placement import allocator
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import ADDED, MODIFIED, NOT_SYNCED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving.server import AppServer, ServeOptions

@@ -1,4 +1,4 @@
-"""Tests for webhook.extender.binder: GPU choice, annotations in the Binding, retries, no over-commit."""
+"""Tests for webhook.extender.bind.binder: GPU choice, annotations in the Binding, retries, no over-commit."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.extender.factory import FakeApi, LoopBinder, api_error, node, pod
 from webhook.core.wire import resources
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs

@@ -20,8 +20,8 @@ import pytest
 from tests.extender.factory import FakeApi, node, pod
 from tests.standins.loopback import free_port
 from webhook.extender import app as app_mod
-from webhook.extender import forward
-from webhook.extender.binder import Binder
+from webhook.extender.bind import forward
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving import tls

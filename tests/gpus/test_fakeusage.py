@@ -9,9 +9,10 @@ import pytest
 
 from webhook.core.node import devices
 from webhook.core.usage import cgroups, usage
-from webhook.gpus import inventory, usagesource
+from webhook.gpus import inventory
 from webhook.gpus.cgroupreader import CgroupReader
-from webhook.gpus.fakeusage import FakeUsage, read_processes
+from webhook.gpus.usage import source as usagesource
+from webhook.gpus.usage.fake import FakeUsage, read_processes
 
 GPUS = (devices.Gpu(0, "GPU-a", 16384), devices.Gpu(1, "GPU-b", 16384))
 FIXTURES = Path(__file__).parents[1] / "data" / "cgroups"

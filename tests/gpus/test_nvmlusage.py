@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from webhook.core.node import devices
 from webhook.core.usage import usage
-from webhook.gpus.nvmlusage import NvmlUsage
+from webhook.gpus.usage.nvml import NvmlUsage
 
 from .fakenvml import GIB, FakeNvml
 

@@ -1,4 +1,4 @@
-"""`gpushare demo`: flags -> DemoSettings -> `webhook.devcluster.demo.run`.
+"""`gpushare demo`: flags -> DemoSettings -> `webhook.devcluster.demo.show.run`.
 
 Exit 0 after `--once` or SIGTERM, 130 on Ctrl-C (webhook.cli.main), 1 when a part or the cluster fails.
 """
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from webhook.cli import exitcodes, helpformat, progname
-from webhook.devcluster import demo
+from webhook.devcluster.demo import show
 from webhook.devcluster.process import ProcessError
 from webhook.kube import errors
 
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    settings = demo.DemoSettings(
+    settings = show.DemoSettings(
         once=args.once,
         standin=args.standin,
         fake_runtime=args.fake_runtime,
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         timeout_s=args.timeout,
     )
     try:
-        return demo.run(settings)
-    except (demo.DemoError, ProcessError, errors.ApiError, RuntimeError) as err:
+        return show.run(settings)
+    except (show.DemoError, ProcessError, errors.ApiError, RuntimeError) as err:
         print(f"gpushare demo: {err}", file=sys.stderr)
         return exitcodes.FAILURE

@@ -15,7 +15,7 @@ from webhook.deviceplugin.overshareactions import OverShareActions
 from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.usagepods import PodSharesStore
 from webhook.gpus.cgroupreader import CgroupReader
-from webhook.gpus.usagesource import UsageSource
+from webhook.gpus.usage.source import UsageSource
 
 log = logging.getLogger(__name__)
 

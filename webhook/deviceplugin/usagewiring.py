@@ -17,8 +17,9 @@ from webhook.deviceplugin.settings import DevicePluginSettings
 from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.usagepods import PodSharesStore
 from webhook.deviceplugin.usagepoller import UsagePoller
-from webhook.gpus import inventory, usagesource
+from webhook.gpus import inventory
 from webhook.gpus.cgroupreader import CgroupReader
+from webhook.gpus.usage import source as usagesource
 from webhook.serving import probeserver
 
 __all__ = ["PodSharesStore", "Usage", "build", "off_route"]

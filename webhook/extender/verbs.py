@@ -21,8 +21,9 @@ import orjson
 from prometheus_client import Counter, Gauge
 from starlette.types import Receive, Scope, Send
 
-from webhook.extender import forward, scheduling, wire
-from webhook.extender.backlog import BindBacklog
+from webhook.extender import scheduling, wire
+from webhook.extender.bind import forward
+from webhook.extender.bind.backlog import BindBacklog
 from webhook.extender.host import Host
 from webhook.serving import body as body_limit
 from webhook.serving import clientauth, fastpath, metrics, protocol

@@ -22,12 +22,13 @@ from typing import Any
 from webhook.core.placement import accounting, allocator, modes, wholecards
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
-from webhook.extender import bindcalls, records
 from webhook.extender import cache as cache_mod
+from webhook.extender import records
 from webhook.extender import wholecards as whole
-from webhook.extender.bindcalls import BindingApi, CreateBinding, GetPod, Pause, Steps
+from webhook.extender.bind import calls as bindcalls
+from webhook.extender.bind.calls import BindingApi, CreateBinding, GetPod, Pause, Steps
+from webhook.extender.bind.turns import Turns
 from webhook.extender.settings import ExtenderSettings
-from webhook.extender.turns import Turns
 from webhook.extender.wire import BindingArgs
 from webhook.kube import errors
 

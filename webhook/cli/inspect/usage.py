@@ -15,8 +15,8 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from webhook.cli import inspect_table as table
-from webhook.cli.inspect_settings import InspectSettings
+from webhook.cli.inspect import table
+from webhook.cli.inspect.settings import InspectSettings
 from webhook.core.usage import usage, usagereport
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest

@@ -14,8 +14,9 @@ import kubernetes.client
 
 from webhook.core.wire import resources
 from webhook.devcluster import cluster as clustermod
-from webhook.devcluster import demoplan, process
+from webhook.devcluster import process
 from webhook.devcluster.cluster import Cluster
+from webhook.devcluster.demo import plan
 from webhook.devcluster.podrelease import NAMESPACE, PodRelease
 
 Obj = dict[str, Any]
@@ -39,7 +40,7 @@ def description(kube_bins: Path, runtime_bins: Path) -> str:
 
 class PodsCluster:
     kubelets = True
-    nodes = demoplan.ONE_NODE
+    nodes = plan.ONE_NODE
 
     def __init__(
         self, kube_bins: Path, runtime_bins: Path, workdir: Path, say: Callable[[str], None]
@@ -69,7 +70,7 @@ class PodsCluster:
         images = clustermod.build_images()
         ((node, gpus),) = self.nodes
         self.cluster = Cluster(
-            self.kube_bins, self.runtime_bins, images, self.workdir / "cluster", labels=demoplan.NODE_LABELS
+            self.kube_bins, self.runtime_bins, images, self.workdir / "cluster", labels=plan.NODE_LABELS
         ).start()
         assert self.cluster.cp is not None
         self.say(
@@ -116,7 +117,7 @@ class PodsCluster:
         say("\nWhat each container got (its log: the env the device plugin's Allocate gave it):")
         for pod in placed:
             name = pod["metadata"]["name"]
-            got = self.cluster.kubectl("logs", "-n", demoplan.NAMESPACE, name, check=False).stdout.strip()
+            got = self.cluster.kubectl("logs", "-n", plan.NAMESPACE, name, check=False).stdout.strip()
             say(f"  {name}: {got or '(no output yet)'}")
         say(
             f"(Real containers from our image on containerd and runc; the GPUs are simulated, so "

@@ -16,8 +16,9 @@ from typing import Any
 
 import kubernetes.client
 
-from webhook.devcluster import demoplan, process, release
+from webhook.devcluster import process, release
 from webhook.devcluster.controlplane import ControlPlane
+from webhook.devcluster.demo import plan
 from webhook.devcluster.kubelet import Kubelet
 
 Obj = dict[str, Any]
@@ -39,7 +40,7 @@ def description(bins: Path, no_kubelet: str | None) -> str:
 
 
 class RealCluster:
-    nodes = demoplan.NODES
+    nodes = plan.NODES
 
     def __init__(self, bins: Path, workdir: Path, say: Callable[[str], None], kubelets: bool) -> None:
         self.cp = ControlPlane(bins, workdir / "controlplane")

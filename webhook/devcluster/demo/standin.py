@@ -20,8 +20,9 @@ from typing import Any
 import jsonpatch
 import kubernetes.client
 
-from webhook.devcluster import demoplan, objects, process, release
+from webhook.devcluster import objects, process, release
 from webhook.devcluster.controlplane import free_port
+from webhook.devcluster.demo import plan
 from webhook.devcluster.process import Process
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client, rest
@@ -36,7 +37,7 @@ DESCRIPTION = """the API STAND-IN (webhook/devcluster/standin), not Kubernetes.
 
 class StandinCluster:
     kubelets = False
-    nodes = demoplan.NODES
+    nodes = plan.NODES
 
     def __init__(self, workdir: Path, say: Callable[[str], None]) -> None:
         self.workdir = workdir

@@ -11,9 +11,9 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.cli import inspect_table as table
 from webhook.cli import progress as progress_line
-from webhook.cli.inspect_settings import InspectError, InspectSettings
+from webhook.cli.inspect import table
+from webhook.cli.inspect.settings import InspectError, InspectSettings
 from webhook.core.node import gpulabels
 from webhook.core.placement import accounting
 from webhook.serving import tls

@@ -8,8 +8,8 @@ from typing import Protocol
 
 from webhook.core.usage import usage
 from webhook.gpus import inventory
-from webhook.gpus.fakeusage import FakeUsage
-from webhook.gpus.nvmlusage import NvmlUsage
+from webhook.gpus.usage.fake import FakeUsage
+from webhook.gpus.usage.nvml import NvmlUsage
 
 
 class UsageSource(Protocol):

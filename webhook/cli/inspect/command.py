@@ -18,12 +18,12 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, inspect_usage, progname
-from webhook.cli import inspect_namespaces as namespaces
-from webhook.cli import inspect_table as table
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, progname
 from webhook.cli import progress as progress_line
-from webhook.cli.inspect_extender import from_extender
-from webhook.cli.inspect_settings import AGENT_SELECTOR, DEFAULT_TIMEOUT_S, InspectError, InspectSettings
+from webhook.cli.inspect import namespaces, table
+from webhook.cli.inspect import usage as inspect_usage
+from webhook.cli.inspect.extender import from_extender
+from webhook.cli.inspect.settings import AGENT_SELECTOR, DEFAULT_TIMEOUT_S, InspectError, InspectSettings
 from webhook.core.admission import quotas
 from webhook.core.node import draslice, drause, gpulabels
 from webhook.core.placement import accounting, modes

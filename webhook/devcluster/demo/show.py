@@ -27,18 +27,12 @@ import kubernetes.client
 
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
-from webhook.devcluster import (
-    binaries,
-    cluster,
-    demo_pods,
-    demo_real,
-    demo_standin,
-    demoplan,
-    helm,
-    objects,
-    release,
-)
+from webhook.devcluster import binaries, cluster, helm, objects, release
 from webhook.devcluster import kubelet as kubeletmod
+from webhook.devcluster.demo import plan
+from webhook.devcluster.demo import pods as demo_pods
+from webhook.devcluster.demo import real as demo_real
+from webhook.devcluster.demo import standin as demo_standin
 from webhook.kube import rest
 
 Obj = dict[str, Any]
@@ -138,7 +132,7 @@ def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -
     """Nodes with their device plugins, the pods, the refusal, the placements and the table."""
     for name, fake in cluster.nodes:
         gpus = _sizes(fake)
-        labels = {**demoplan.NODE_LABELS, resources.GPU_COUNT_LABEL: str(len(gpus))}
+        labels = {**plan.NODE_LABELS, resources.GPU_COUNT_LABEL: str(len(gpus))}
         if not cluster.kubelets:  # else the kubelet registers its Node, its capacity from the plugin
             objects.gpu_node(cluster.api, name, len(gpus), max(gpus), labels)
         cluster.start_node(name, fake, labels)
@@ -150,18 +144,18 @@ def show(cluster: Cluster, settings: DemoSettings, say: Callable[[str], None]) -
     )
     for name, fake in cluster.nodes:
         say(f"node {name}: GPUs {fake.replace(',', ', ')} (index:GiB), device plugin with --fake-gpus {fake}")
-    cluster.namespace(demoplan.NAMESPACE)
+    cluster.namespace(plan.NAMESPACE)
     say("")
-    for name, gib in demoplan.PODS:
-        denial = cluster.create_pod(demoplan.NAMESPACE, _pod(name, {resources.GPU_MEMORY: str(gib)}))
+    for name, gib in plan.PODS:
+        denial = cluster.create_pod(plan.NAMESPACE, _pod(name, {resources.GPU_MEMORY: str(gib)}))
         if denial:
             raise DemoError(f"pod {name} was refused: {denial}")
-        say(f"pod {demoplan.NAMESPACE}/{name}: {resources.GPU_MEMORY}: {gib} created")
-    name, resource, value = demoplan.REFUSED
-    denial = cluster.create_pod(demoplan.NAMESPACE, _pod(name, {resource: value}))
+        say(f"pod {plan.NAMESPACE}/{name}: {resources.GPU_MEMORY}: {gib} created")
+    name, resource, value = plan.REFUSED
+    denial = cluster.create_pod(plan.NAMESPACE, _pod(name, {resource: value}))
     if not denial:
         raise DemoError(f"pod {name} ({resource}: {value}) was admitted; the webhook should refuse it")
-    say(f"pod {demoplan.NAMESPACE}/{name}: {resource}: {value} REFUSED:")
+    say(f"pod {plan.NAMESPACE}/{name}: {resource}: {value} REFUSED:")
     say("\n".join(f"  {line}" for line in denial.splitlines()))
     say("")
     what = "every pod to be placed" + (" and Running" if cluster.kubelets else "")
@@ -201,9 +195,9 @@ def _published(cluster: Cluster, node: str, gib: int) -> bool:
 
 def _placed(cluster: Cluster) -> list[Obj]:
     """The demo's pods, once all are bound (and Running, where kubelets run them)."""
-    cluster.schedule(demoplan.NAMESPACE)
-    pods = list(rest.list_all(cluster.api, rest.path("pods", namespace=demoplan.NAMESPACE)))
-    done = len(pods) == len(demoplan.PODS) and all(p["spec"].get("nodeName") for p in pods)
+    cluster.schedule(plan.NAMESPACE)
+    pods = list(rest.list_all(cluster.api, rest.path("pods", namespace=plan.NAMESPACE)))
+    done = len(pods) == len(plan.PODS) and all(p["spec"].get("nodeName") for p in pods)
     if cluster.kubelets:
         done = done and all(p.get("status", {}).get("phase") == "Running" for p in pods)
     return sorted(pods, key=lambda p: str(p["metadata"]["name"])) if done else []

@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from webhook.cli import inspect_table as table
+from webhook.cli.inspect import table
 from webhook.core.admission import quotas
 from webhook.kube import rest
 
