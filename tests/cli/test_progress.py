@@ -8,6 +8,7 @@ import pytest
 
 from webhook.cli import progress
 from webhook.cli.inspect import command
+from webhook.cli.inspect.settings import InspectSettings
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
@@ -73,7 +74,7 @@ def test_inspect_counts_nodes_and_pods_on_a_terminal_and_prints_the_table_after(
     apiserver.add_node("n1", gpus=1, gpu_mem=16)
     for i in range(3):
         apiserver.add_pod(f"p{i}", node_name="n1", phase="Running")
-    settings = command.InspectSettings(client=kube_client.ClientSettings(host=apiserver.url))
+    settings = InspectSettings(client=kube_client.ClientSettings(host=apiserver.url))
     stderr, out = Terminal(), io.StringIO()
     line = progress.Progress(stderr, interval=0.0)
     assert command.run(settings, out, progress=line) == 0

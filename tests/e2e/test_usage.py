@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.e2e import objects, privatekubelet
 from tests.e2e.bed import Bed
 from webhook.cli.inspect import command
+from webhook.cli.inspect.settings import InspectSettings
 from webhook.core.placement import annotations as ann
 from webhook.core.usage import cgroups, overshare
 from webhook.core.wire import resources
@@ -233,7 +234,7 @@ def test_inspect_reads_each_plugin_through_the_api_servers_pod_proxy(
         bed, ns, "plugin", {"phase": "Running", "podIP": host, "podIPs": [{"ip": host}], "hostIP": host}
     )
     out = io.StringIO()
-    settings = command.InspectSettings(
+    settings = InspectSettings(
         nodes=(node,),
         output="json",
         client=client.ClientSettings(kubeconfig=str(bed.cp.admin_kubeconfig)),

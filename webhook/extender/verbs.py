@@ -4,7 +4,7 @@ for every pod, so they skip Starlette's middleware, router and Request/Response 
 Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error` (filter, bind), as
 kube-scheduler expects (pkg/scheduler/extender.go). Prioritize has no Error field: bad input gets 400 with
 one, and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards
-bind to the leader (`forward.py`). Binds run on the event loop when the app has a loop API, else (and for
+bind to the leader (`bind/forward.py`). Binds run on the event loop when the app has a loop API, else (and for
 a duplicate that must wait for the pod's turn) on threads.
 """
 

@@ -1,48 +1,32 @@
 """`gpushare inspect`: allocated and total GPU memory per node and per GPU, from the cluster or the extender.
 
-From the cluster, each node's ledger is `webhook.core.placement.accounting.build` over its pods' annotations:
-the numbers the extender schedules with; `--usage` adds what is really used (cli/inspect_usage.py). From
-`--extender`, its /inspect answer is shown as it is (cli/inspect_extender.py). On a
-terminal, a progress line on stderr counts the nodes and pods read; it is erased before the table prints.
+flags -> `InspectSettings` -> the map, read from the cluster (cli/inspect/cluster.py; `--usage` adds what
+is really used, cli/inspect/usage.py) or from `--extender`, its /inspect answer shown as it is
+(cli/inspect/extender.py). On a terminal, a progress line on stderr counts the nodes and pods read; it is
+erased before the table prints.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, progname
 from webhook.cli import progress as progress_line
-from webhook.cli.inspect import namespaces, table
+from webhook.cli.inspect import counting, namespaces, table
 from webhook.cli.inspect import usage as inspect_usage
 from webhook.cli.inspect.extender import from_extender
 from webhook.cli.inspect.settings import AGENT_SELECTOR, DEFAULT_TIMEOUT_S, InspectError, InspectSettings
 from webhook.core.admission import quotas
-from webhook.core.node import draslice, drause, gpulabels
-from webhook.core.placement import accounting, modes
-from webhook.core.wire import resources
-from webhook.core.wire.units import unit_mib
+from webhook.core.node import draslice, drause
 from webhook.kube import client as kube_client
 from webhook.kube import errors as kube_errors
 from webhook.kube import rest
 
-__all__ = [
-    "PAGE_SIZE",
-    "InspectError",
-    "InspectSettings",
-    "build_parser",
-    "cluster_use",
-    "from_cluster",
-    "main",
-    "run",
-]
 OUTPUTS = ("text", "json")
 PAGE_SIZE = 500
 
@@ -247,7 +231,7 @@ def from_cluster(
             listed = rest.list_all(api, rest.path("pods"), page_size=PAGE_SIZE, timeout=timeout)
             pods = list(progress.counted(listed, f"nodes: {len(nodes):,}; reading pods"))
         slices, claims = _dra_objects(api, nodes, timeout, progress)
-        cluster = cluster_use(
+        cluster = counting.cluster_use(
             nodes,
             pods,
             settings.unit,
@@ -265,101 +249,12 @@ def from_cluster(
     return cluster
 
 
-def cluster_use(
-    nodes: Sequence[Mapping[str, Any]],
-    pods: Sequence[Mapping[str, Any]],
-    unit: str = "GiB",
-    names: resources.GpuResourceNames | None = None,
-    keep_all: bool = False,
-    *,
-    slices: Sequence[Mapping[str, Any]] = (),
-    claims: Sequence[Mapping[str, Any]] = (),
-    driver: str = draslice.DEFAULT_DRIVER,
-) -> table.ClusterUse:
-    """The map from raw nodes and pods, and our DRA driver's ResourceSlices and the ResourceClaims
-    allocated from them; nodes without GPUs or GPU pods are left out unless `keep_all`."""
-    by_node: dict[str, list[Mapping[str, Any]]] = {}
-    for pod in pods:
-        by_node.setdefault(accounting.node_name_of(pod), []).append(pod)
-    dra_gpus = drause.gpus(slices, driver)
-    dra = drause.shares(claims, driver, dra_gpus)
-    rows = []
-    for node in sorted(nodes, key=lambda n: str((n.get("metadata") or {}).get("name") or "")):
-        name = str((node.get("metadata") or {}).get("name") or "")
-        ledger, skipped = accounting.build(node, by_node.get(name, ()), unit, names)
-        mode, mode_problem = _mode(node)
-        problems = (
-            *ledger.problems(),
-            *(f"pod {s.key}: {s.reason}" for s in skipped),
-            *mode_problem,
-            *(p for where, p in dra.problems if where == name),
-        )
-        gpus = [table.GpuUse(g.index, g.memory, g.used, g.healthy, g.model, g.uuid) for g in ledger.gpus()]
-        uses = [
-            table.PodUse(*_split_key(s.key), gpu, units, s.assigned)
-            for s in ledger.shares()
-            for gpu, units in sorted(s.allocation.per_gpu().items())
-        ]
-        shares = [s for s in dra.shares if s.node == name]
-        if name in dra_gpus:
-            gpus, claimed = _with_dra(gpus, dra_gpus[name], shares, unit)
-            uses += claimed
-        if not (keep_all or gpus or uses or problems):
-            continue
-        rows.append(
-            table.NodeUse(
-                name=name,
-                address=_address(node),
-                unit=unit,
-                gpus=tuple(gpus),
-                pods=tuple(uses),
-                problems=problems,
-                mode=mode,
-                model=gpulabels.model(g.model for g in gpus if g.model),
-                device_list=str(
-                    ((node.get("metadata") or {}).get("annotations") or {}).get(
-                        resources.NODE_DEVICE_LIST_ANNOTATION, ""
-                    )
-                ),
-            )
-        )
-    return table.ClusterUse(unit=unit, nodes=tuple(rows))
-
-
-def _with_dra(
-    gpus: list[table.GpuUse],
-    published: Mapping[int, drause.DraGpu],
-    shares: Sequence[drause.DraShare],
-    unit: str,
-) -> tuple[list[table.GpuUse], list[table.PodUse]]:
-    """The node's GPUs with what the DRA shares hold counted in, and one row per share: beside the
-    extender's placements, in the same unit (a share rounded up to whole units)."""
-    mib = unit_mib(unit)
-    uses = [
-        table.PodUse(s.namespace, ", ".join(s.pods) or s.claim, s.gpu, -(-s.mib // mib), True, claim=s.claim)
-        for s in sorted(shares, key=lambda s: (s.namespace, ", ".join(s.pods) or s.claim, s.gpu))
-    ]
-    held: dict[int, int] = {}
-    for use in uses:
-        held[use.gpu] = held.get(use.gpu, 0) + use.units
-    by_index = {g.index: g for g in gpus}
-    for index, gpu in published.items():
-        known = by_index.get(index)
-        if known is None:
-            by_index[index] = table.GpuUse(
-                index, gpu.memory_mib // mib, held.get(index, 0), True, gpu.model, gpu.uuid
-            )
-        else:  # the extender's ledger knows it too (a node switched modes): both count
-            by_index[index] = dataclasses.replace(known, used=known.used + held.get(index, 0))
-    return [by_index[i] for i in sorted(by_index)], uses
-
-
 def _dra_objects(
     api: Any, nodes: Sequence[Mapping[str, Any]], timeout: float, progress: progress_line.Progress
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Our DRA driver's ResourceSlices and every ResourceClaim, read only when a node is in a DRA mode
     (a cluster without DRA, or a user without access to claims, is not asked)."""
-    if not any(_mode(n)[0] in _DRA_MODES for n in nodes):
+    if not counting.any_dra(nodes):
         return [], []
     path = rest.path("resourceslices", group=drause.GROUP)
     query = {"fieldSelector": f"spec.driver={draslice.DEFAULT_DRIVER}"}
@@ -369,17 +264,6 @@ def _dra_objects(
         api, rest.path("resourceclaims", group=drause.GROUP), page_size=PAGE_SIZE, timeout=timeout
     )
     return slices, list(progress.counted(listed, "reading ResourceClaims"))
-
-
-_DRA_MODES = frozenset(m.value for m in modes.Mode if m.dra)
-
-
-def _mode(node: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
-    """The node's mode for the MODE column, and the problem when its label is not a known mode."""
-    try:
-        return modes.node_mode((node.get("metadata") or {}).get("labels")).value, ()
-    except modes.ModeError as err:
-        return "invalid", (str(err),)
 
 
 def _get_node(api: Any, name: str, timeout: float) -> dict[str, Any]:
@@ -395,15 +279,3 @@ def _get_node(api: Any, name: str, timeout: float) -> dict[str, Any]:
             "server's NotFound status: is that the API server's address?"
         ) from None
     return node
-
-
-def _address(node: Mapping[str, Any]) -> str:
-    for address in (node.get("status") or {}).get("addresses") or []:
-        if isinstance(address, dict) and address.get("type") == "InternalIP":
-            return str(address.get("address") or "")
-    return ""
-
-
-def _split_key(key: str) -> tuple[str, str]:
-    namespace, _, name = key.partition("/")
-    return namespace, name

@@ -33,7 +33,7 @@ class InspectSettings:
     client: kube_client.ClientSettings = field(default_factory=kube_client.ClientSettings)
     timeout_s: float = DEFAULT_TIMEOUT_S
     names: resources.GpuResourceNames = field(default_factory=resources.GpuResourceNames)
-    # --usage: what each GPU and pod really uses, from each node's device plugin (cli/inspect_usage.py).
+    # --usage: what each GPU and pod really uses, from each node's device plugin (cli/inspect/usage.py).
     usage: bool = False
     agent_namespace: str = ""  # where the device plugin runs; "" = any namespace
     agent_selector: str = AGENT_SELECTOR

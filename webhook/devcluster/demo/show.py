@@ -2,9 +2,9 @@
 placing the others, and the `gpushare inspect` table.
 
 The real control plane when `scripts/kube-bins` built it and Helm is there: on a node that runs containers,
-the chart's parts as pods (`demo_pods`), where root may run one and `scripts/runtime-bins` built its pieces;
+the chart's parts as pods (`pods.py`), where root may run one and `scripts/runtime-bins` built its pieces;
 else (said in one line why) with our parts on this host and a real kubelet per node on the CRI fake runtime
-where root may run one (`demo_real`); else the API stand-in, said so on screen (`demo_standin`). Whatever
+where root may run one (`real.py`); else the API stand-in, said so on screen (`standin.py`). Whatever
 happens, every child is stopped before returning: Ctrl-C (KeyboardInterrupt, exit 130 in the CLI) and
 SIGTERM (exit 0) included.
 """

@@ -6,7 +6,7 @@ writes nothing, and the memory that bind reserved is forgotten. The Binding carr
 precondition, so a pod deleted and re-created under the same name is never bound by mistake. Binds of
 one pod take turns, so a duplicate sees the first one's outcome instead of reserving again.
 
-The logic is written once, as steps that yield their API calls (`bindcalls`): `bind` drives them on the
+The logic is written once, as steps that yield their API calls (`calls.py`): `bind` drives them on the
 calling thread, `bind_on_loop` on the event loop (the extender's path; no hand-over to a thread per pod).
 """
 

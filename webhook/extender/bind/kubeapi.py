@@ -1,5 +1,5 @@
 """The binder's two API calls against the real API server: `KubeBindingApi` on a thread,
-`AsyncKubeBindingApi` on the event loop (bindcalls.BindingApi, bindcalls.AsyncBindingApi).
+`AsyncKubeBindingApi` on the event loop (calls.BindingApi, calls.AsyncBindingApi).
 
 `api` is the ApiClient from `webhook.kube.client.connect` (Any: this shell never names the client
 library's types). Bindings, one per pod, go over the keep-alive connections of `webhook.kube.direct` (or

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_inspect import placed
-from webhook.cli.inspect import command, table
+from tests.cli.inspect.test_command import placed
+from webhook.cli.inspect import command, counting, table
 from webhook.cli.inspect import usage as inspect_usage
 from webhook.core.usage import usage, usagereport
 from webhook.devcluster.standin.apiserver import ApiServer, pod_manifest
@@ -41,7 +41,7 @@ def _cluster() -> table.ClusterUse:
             "solo", "ml", gpu_mem=[8], node_name="n2", phase="Running", annotations=placed({0: {0: 8}})
         ),
     ]
-    return command.cluster_use(nodes, pods)
+    return counting.cluster_use(nodes, pods)
 
 
 REPORT = usage.NodeUsage(

@@ -3,11 +3,10 @@ utilisation per process from the newer call or the older one, and every failure 
 
 from __future__ import annotations
 
+from tests.gpus.fakenvml import GIB, FakeNvml
 from webhook.core.node import devices
 from webhook.core.usage import usage
 from webhook.gpus.usage.nvml import NvmlUsage
-
-from .fakenvml import GIB, FakeNvml
 
 GPUS = (devices.Gpu(0, "GPU-a", 16384), devices.Gpu(1, "GPU-b", 16384))
 

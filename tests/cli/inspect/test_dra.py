@@ -71,7 +71,7 @@ def cluster(apiserver: ApiServer) -> ApiServer:
     unallocated = allocated("waiting", "ml", "d1", (0, "1Gi"))
     del unallocated["status"]
     apiserver.put(unallocated)
-    # An extender node beside it, as test_inspect.py's.
+    # An extender node beside it, as test_command.py's.
     notes = ann.encode(ann.Placement(ann.Allocation({0: {0: 4}}), 16, 1_700_000_000_000_000_000, True))
     apiserver.add_node("n1", gpus=1, gpu_mem=16)
     apiserver.add_pod("old", "ml", gpu_mem=[4], node_name="n1", phase="Running", annotations=notes)

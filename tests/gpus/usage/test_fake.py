@@ -15,7 +15,7 @@ from webhook.gpus.usage import source as usagesource
 from webhook.gpus.usage.fake import FakeUsage, read_processes
 
 GPUS = (devices.Gpu(0, "GPU-a", 16384), devices.Gpu(1, "GPU-b", 16384))
-FIXTURES = Path(__file__).parents[1] / "data" / "cgroups"
+FIXTURES = Path(__file__).parents[2] / "data" / "cgroups"
 GIB = 1 << 30
 
 

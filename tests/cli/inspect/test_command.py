@@ -1,6 +1,6 @@
 """`gpushare inspect` against the API stand-in with a populated cluster, and an extender's /inspect.
 
-Failures of the API (unreachable, 401/403/404, kubeconfig) are in test_inspect_errors.py.
+Failures of the API (unreachable, 401/403/404, kubeconfig) are in test_errors.py.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from webhook.cli.inspect import command
 from webhook.cli.inspect import table as inspect_table
+from webhook.cli.inspect.settings import InspectSettings
 from webhook.core.placement import accounting, modes
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
@@ -248,7 +249,7 @@ def test_a_node_named_twice_is_shown_and_counted_once(
     found = json.loads(out)
     assert [n["name"] for n in found["nodes"]] == ["n1", "n2"]
     assert (found["allocated"], found["total"]) == (71, 152)
-    assert command.InspectSettings(nodes=("b", "a", "b")).nodes == ("b", "a")
+    assert InspectSettings(nodes=("b", "a", "b")).nodes == ("b", "a")
 
 
 # --- --extender -------------------------------------------------------------------------------------
