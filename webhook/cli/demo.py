@@ -9,17 +9,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from webhook.cli import exitcodes, helpformat, progname
+from webhook.cli import exitcodes, helpformat
 from webhook.devcluster.demo import show
 from webhook.devcluster.process import ProcessError
 from webhook.kube import errors
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=progname.command("demo"),
-        formatter_class=helpformat.DefaultsFormatter,
-        description="A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
+    p = helpformat.parser(
+        "demo",
+        "A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
         "and kube-scheduler when `bash scripts/kube-bins` built them (else the API stand-in); as root with "
         "`bash scripts/runtime-bins` built, a node that runs containers with the chart's parts as pods of "
         "our image, else a real kubelet per node on a fake runtime (root) and our parts on this host; fake "

@@ -15,7 +15,7 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.cli import api_errors, exitcodes, flagtypes, helpformat, progname
+from webhook.cli import api_errors, exitcodes, flagtypes, helpformat
 from webhook.cli import progress as progress_line
 from webhook.cli.inspect import counting, namespaces, table
 from webhook.cli.inspect import usage as inspect_usage
@@ -29,15 +29,35 @@ from webhook.kube import rest
 
 OUTPUTS = ("text", "json")
 PAGE_SIZE = 500
+# The flags that read the extender instead of the cluster: (flag, metavar, help), each "" when not given.
+_EXTENDER_FLAGS = (
+    (
+        "--extender",
+        "URL",
+        "read the extender's inspect API instead, e.g. https://127.0.0.1:39999/gpushare-scheduler",
+    ),
+    ("--extender-ca", "FILE", "CA (PEM) of an HTTPS extender"),
+    (
+        "--extender-cert",
+        "FILE",
+        "client certificate (PEM) the extender asks for, e.g. client.crt of its Secret",
+    ),
+    ("--extender-key", "FILE", "private key of --extender-cert"),
+    (
+        "--extender-server-name",
+        "NAME",
+        "the name the extender's certificate holds, when the URL dials another (an IP, or 127.0.0.1 "
+        "through kubectl port-forward), e.g. gpushare-extender.gpushare-system.svc (default: the URL's host)",
+    ),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=progname.command("inspect"),
-        description="Show allocated/total GPU memory per node and per GPU, and the cluster total.",
+    parser = helpformat.parser(
+        "inspect",
+        "Show allocated/total GPU memory per node and per GPU, and the cluster total.",
         epilog="Exit status: 0 shown, 1 the cluster or extender could not be read, 2 bad arguments or "
         "kubeconfig, 130 interrupted.",
-        formatter_class=helpformat.DefaultsFormatter,
     )
     parser.add_argument("nodes", nargs="*", metavar="NODE", help="only these nodes (default: every GPU node)")
     parser.add_argument("-d", "--details", action="store_true", help="list the pods on each GPU")
@@ -61,27 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     source.add_argument("--context", default="", help="kubeconfig context (default: its current context)")
     source.add_argument("--server", default="", help="API server URL, e.g. http://127.0.0.1:8080 (no auth)")
-    source.add_argument(
-        "--extender",
-        default="",
-        metavar="URL",
-        help="read the extender's inspect API instead, e.g. https://127.0.0.1:39999/gpushare-scheduler",
-    )
-    source.add_argument("--extender-ca", default="", metavar="FILE", help="CA (PEM) of an HTTPS extender")
-    source.add_argument(
-        "--extender-cert",
-        default="",
-        metavar="FILE",
-        help="client certificate (PEM) the extender asks for, e.g. client.crt of its Secret",
-    )
-    source.add_argument("--extender-key", default="", metavar="FILE", help="private key of --extender-cert")
-    source.add_argument(
-        "--extender-server-name",
-        default="",
-        metavar="NAME",
-        help="the name the extender's certificate holds, when the URL dials another (an IP, or 127.0.0.1 "
-        "through kubectl port-forward), e.g. gpushare-extender.gpushare-system.svc (default: the URL's host)",
-    )
+    for flag, metavar, text in _EXTENDER_FLAGS:
+        source.add_argument(flag, default="", metavar=metavar, help=text)
     parser.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     used = parser.add_argument_group("usage: what GPUs and pods really use (from each node's device plugin)")
     used.add_argument(
@@ -107,10 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _seconds(text: str) -> float:
     """A positive, finite number of seconds: the sockets refuse nan (ValueError) and inf (OverflowError)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    value = flagtypes.parsed(text, float, "invalid number of seconds: {text!r}")
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, not {text!r}")
     return value

@@ -61,7 +61,6 @@ def cluster_use(
             table.NodeUse(
                 name=name,
                 address=_address(node),
-                unit=unit,
                 gpus=tuple(gpus),
                 pods=tuple(uses),
                 problems=problems,

@@ -118,7 +118,6 @@ def _extender_node(node: Mapping[str, Any], unit: str) -> table.NodeUse:
     return table.NodeUse(
         name=str(node["name"]),
         address="",
-        unit=unit,
         gpus=tuple(sorted(gpus, key=lambda g: g.index)),
         pods=tuple(pods),
         problems=tuple(str(p) for p in node.get("problems") or []),

@@ -7,7 +7,7 @@ line `Allocated/Total GPU Memory In Cluster:`), so people and scripts used to it
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,11 +43,27 @@ class GpuUse:
     unattributed: Mapping[str, int] = field(default_factory=dict)  # --usage: memory of processes in no pod
 
 
+class _Sums:
+    """`total` and `used`, summed over the GPUs `_gpus` yields: a node's, or the whole cluster's."""
+
+    __slots__ = ()
+
+    def _gpus(self) -> Iterator[GpuUse]:
+        raise NotImplementedError
+
+    @property
+    def total(self) -> int:
+        return sum(g.total for g in self._gpus())
+
+    @property
+    def used(self) -> int:
+        return sum(g.used for g in self._gpus())
+
+
 @dataclass(frozen=True, slots=True)
-class NodeUse:
+class NodeUse(_Sums):
     name: str
     address: str
-    unit: str
     gpus: tuple[GpuUse, ...]
     pods: tuple[PodUse, ...]  # one entry per (pod, GPU): a multi-GPU pod appears once per GPU
     problems: tuple[str, ...] = ()  # over-commits, unreadable annotations, pods never placed
@@ -56,13 +72,8 @@ class NodeUse:
     # How its device plugin hands GPUs to containers (envvar, cdi-cri, both; docs/cdi.md); "" when not known
     device_list: str = ""
 
-    @property
-    def total(self) -> int:
-        return sum(g.total for g in self.gpus)
-
-    @property
-    def used(self) -> int:
-        return sum(g.used for g in self.gpus)
+    def _gpus(self) -> Iterator[GpuUse]:
+        return iter(self.gpus)
 
     @property
     def pending(self) -> int:
@@ -71,18 +82,13 @@ class NodeUse:
 
 
 @dataclass(frozen=True, slots=True)
-class ClusterUse:
+class ClusterUse(_Sums):
     unit: str
     nodes: tuple[NodeUse, ...]
     usage: bool = False  # --usage: GPUs and pods carry what they use
 
-    @property
-    def total(self) -> int:
-        return sum(n.total for n in self.nodes)
-
-    @property
-    def used(self) -> int:
-        return sum(n.used for n in self.nodes)
+    def _gpus(self) -> Iterator[GpuUse]:
+        return (g for n in self.nodes for g in n.gpus)
 
 
 def percent(used: int, total: int) -> int:
@@ -99,11 +105,10 @@ def render_text(cluster: ClusterUse, details: bool = False) -> str:
     ]
     if cluster.usage:
         used = sum(g.used_bytes or 0 for n in cluster.nodes for g in n.gpus)
-        total = sum(g.total for n in cluster.nodes for g in n.gpus)
-        share = round(units(used, cluster.unit) * 100 / total) if total else 0
+        share = round(units(used, cluster.unit) * 100 / cluster.total) if cluster.total else 0
         lines += [
             f"Used/Total GPU Memory In Cluster ({cluster.unit}):",
-            f"{amount(used, cluster.unit)}/{total} ({share}%)",
+            f"{amount(used, cluster.unit)}/{cluster.total} ({share}%)",
         ]
     lines += [f"warning: {n.name}: {p}" for n in cluster.nodes for p in n.problems]
     return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -90,8 +90,9 @@ def _make(call: Call, api: BindingApi | AsyncBindingApi, sleep: Callable[[float]
     return sleep(call.seconds)
 
 
-def run(steps: Steps, api: BindingApi, sleep: Callable[[float], None]) -> str:
-    """Drive `steps` on this thread; what they return."""
+async def _drive(steps: Steps, make: Callable[[Call], Awaitable[Any]]) -> str:
+    """The one loop of both drivers: each call `make`s its reply, sent back into `steps` (an `ApiError`
+    thrown in instead), until they return."""
     reply: Any = None
     failure: errors.ApiError | None = None
     with contextlib.closing(steps):
@@ -101,22 +102,29 @@ def run(steps: Steps, api: BindingApi, sleep: Callable[[float], None]) -> str:
             try:
                 if call is None:
                     return result
-                reply = _make(call, api, sleep)
+                reply = await make(call)
             except errors.ApiError as err:
                 failure = err
+
+
+def run(steps: Steps, api: BindingApi, sleep: Callable[[float], None]) -> str:
+    """Drive `steps` on this thread; what they return."""
+
+    async def make(call: Call) -> Any:
+        return _make(call, api, sleep)
+
+    # `make` never suspends, so the loop runs to its end within the coroutine's first step, on this thread.
+    try:
+        _drive(steps, make).send(None)
+    except StopIteration as done:
+        return str(done.value)
+    raise RuntimeError("a blocking bind suspended")
 
 
 async def run_async(steps: Steps, api: AsyncBindingApi) -> str:
     """Drive `steps` on the event loop; what they return."""
-    reply: Any = None
-    failure: errors.ApiError | None = None
-    with contextlib.closing(steps):
-        while True:
-            call, result = _next(steps, reply, failure)
-            reply, failure = None, None
-            try:
-                if call is None:
-                    return result
-                reply = await _make(call, api, asyncio.sleep)
-            except errors.ApiError as err:
-                failure = err
+
+    async def make(call: Call) -> Any:
+        return await _make(call, api, asyncio.sleep)
+
+    return await _drive(steps, make)
