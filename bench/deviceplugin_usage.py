@@ -35,7 +35,7 @@ from webhook.deviceplugin import metrics, state
 from webhook.deviceplugin.usage import pods as usagepods
 from webhook.deviceplugin.usage import poller as usagepoller
 from webhook.gpus.cgroupreader import CgroupReader
-from webhook.gpus.nvmlusage import NvmlUsage
+from webhook.gpus.usage.nvml import NvmlUsage
 from webhook.serving import probeserver
 
 GPUS = 8

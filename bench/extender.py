@@ -40,7 +40,7 @@ from webhook.core.placement import allocator
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, service, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import ADDED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.kube import client as kube_client

@@ -2,7 +2,7 @@
 
 It starts a child process that creates a CUDA context through the driver's libcuda (ctypes, no CUDA
 toolkit needed), allocates `--allocate` MiB on each GPU and keeps it busy with memsets; then it samples
-with `webhook.gpus.nvmlusage.NvmlUsage` (nvmlDeviceGetComputeRunningProcesses, the MPS list, and
+with `webhook.gpus.usage.nvml.NvmlUsage` (nvmlDeviceGetComputeRunningProcesses, the MPS list, and
 per-process utilisation from nvmlDeviceGetProcessesUtilizationInfo or nvmlDeviceGetProcessUtilization),
 reads each process's cgroup with `webhook.gpus.cgroupreader` under `--proc-root`, and prints, per GPU:
 used memory and utilisation, each process with its memory, SM utilisation and pod/container (or "not in
@@ -31,7 +31,7 @@ from gpucheck import show_gpus
 
 from webhook.gpus.cgroupreader import CgroupReader
 from webhook.gpus.inventory import NvmlInventory
-from webhook.gpus.nvmlusage import NvmlUsage
+from webhook.gpus.usage.nvml import NvmlUsage
 
 MIB = 1 << 20
 

@@ -18,7 +18,7 @@ from webhook.cli.serve import extender as serve_extender
 from webhook.core.node import devices
 from webhook.core.wire import resources
 from webhook.extender import app as extender_app
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.serving import fastpath, probes, server
 

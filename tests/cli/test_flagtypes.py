@@ -11,7 +11,7 @@ import pytest
     ("module", "argv"),
     [
         ("check", ["--memory-unit", "KiB", "x.yaml"]),
-        ("inspect", ["--unit", "KiB"]),
+        ("inspect.command", ["--unit", "KiB"]),
         ("serve.extender", ["--memory-unit", "KiB"]),
     ],
     ids=["check", "inspect", "extender"],

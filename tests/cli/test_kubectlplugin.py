@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from webhook import __version__
-from webhook.cli import exitcodes, kubectlplugin
+from webhook.cli import exitcodes, kubectlplugin, main
 
 BIN = Path(sys.executable).parent
 PLUGIN = "/usr/local/bin/kubectl-gpushare"
@@ -23,13 +23,14 @@ INSPECT_PLUGIN = "/usr/local/bin/kubectl-inspect-gpushare"
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str]]]:
     """Every subcommand's main replaced by one that records what it was given and returns 0."""
     seen: list[tuple[str, list[str]]] = []
-    for module in ("check", "inspect", "demo"):
+    for command in ("check", "inspect", "demo"):
 
-        def record(argv: list[str], module: str = module) -> int:
-            seen.append((module, list(argv)))
+        def record(argv: list[str], command: str = command) -> int:
+            seen.append((command, list(argv)))
             return 0
 
-        monkeypatch.setattr(importlib.import_module(f"webhook.cli.{module}"), "main", record)
+        module = importlib.import_module(f"webhook.cli.{main.COMMANDS[command][0]}")
+        monkeypatch.setattr(module, "main", record)
     return seen
 
 

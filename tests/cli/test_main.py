@@ -47,7 +47,7 @@ def test_a_closed_pipe_exits_141_quietly(
     def reader_went_away(argv: list[str]) -> int:
         raise BrokenPipeError
 
-    monkeypatch.setattr(importlib.import_module("webhook.cli.inspect"), "main", reader_went_away)
+    monkeypatch.setattr(importlib.import_module("webhook.cli.inspect.command"), "main", reader_went_away)
     assert main.main(["inspect"]) == exitcodes.BROKEN_PIPE == 141
     assert capsys.readouterr().err == ""
 

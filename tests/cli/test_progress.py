@@ -6,7 +6,9 @@ import io
 
 import pytest
 
-from webhook.cli import inspect, progress
+from webhook.cli import progress
+from webhook.cli.inspect import command
+from webhook.cli.inspect.settings import InspectSettings
 from webhook.devcluster.standin.apiserver import ApiServer
 from webhook.kube import client as kube_client
 
@@ -72,10 +74,10 @@ def test_inspect_counts_nodes_and_pods_on_a_terminal_and_prints_the_table_after(
     apiserver.add_node("n1", gpus=1, gpu_mem=16)
     for i in range(3):
         apiserver.add_pod(f"p{i}", node_name="n1", phase="Running")
-    settings = inspect.InspectSettings(client=kube_client.ClientSettings(host=apiserver.url))
+    settings = InspectSettings(client=kube_client.ClientSettings(host=apiserver.url))
     stderr, out = Terminal(), io.StringIO()
     line = progress.Progress(stderr, interval=0.0)
-    assert inspect.run(settings, out, progress=line) == 0
+    assert command.run(settings, out, progress=line) == 0
     shown = [s for s in stderr.getvalue().split(progress.CLEAR_LINE) if s]
     assert shown[0] == "reading nodes ..."
     assert shown[-1] == "nodes: 1; reading pods: 3"
@@ -87,5 +89,5 @@ def test_inspect_writes_nothing_to_a_piped_stderr(
     apiserver: ApiServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     apiserver.add_node("n1", gpus=1, gpu_mem=16)
-    assert inspect.main(["--server", apiserver.url, "n1"]) == 0
+    assert command.main(["--server", apiserver.url, "n1"]) == 0
     assert capsys.readouterr().err == ""

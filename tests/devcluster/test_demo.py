@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.devcluster.demorun import Demo
-from webhook.devcluster import demo as demo_mod
 from webhook.devcluster import helm
+from webhook.devcluster.demo import show as demo_mod
 
 TABLE = "Allocated/Total GPU Memory In Cluster (GiB):\n34/56 (60%)"
 REFUSAL = "only whole GPUs are possible with nvidia.com/gpu"

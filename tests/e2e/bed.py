@@ -9,6 +9,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from webhook.devcluster import objects as devobjects
 from webhook.devcluster.release import (
     FULLNAME,
     GPUSHARE,
@@ -42,11 +43,12 @@ class Bed(Release):
         """A GPU Node; a `group` node is labelled and tainted so only that group's pods
         (objects.in_group) land there: tests that count exact memory are not disturbed by other tests'
         pending pods."""
-        if not group:
-            return super().node(name, gpus, gib_each, labels, taints=taints, annotations=annotations)
-        taint = {"key": GROUP, "value": group, "effect": "NoSchedule"}
-        grouped = {**(labels or {}), GROUP: group}
-        return super().node(name, gpus, gib_each, grouped, taints=[*taints, taint], annotations=annotations)
+        if group:
+            labels = {**(labels or {}), GROUP: group}
+            taints = [*taints, {"key": GROUP, "value": group, "effect": "NoSchedule"}]
+        return devobjects.gpu_node(
+            self.api, name, gpus, gib_each, labels, taints=taints, annotations=annotations
+        )
 
     def events(self, namespace: str, pod: str) -> list[Obj]:
         items = self.request(

@@ -22,7 +22,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e import objects, privatekubelet
 from tests.e2e.bed import Bed
-from webhook.cli import inspect
+from webhook.cli.inspect import command
+from webhook.cli.inspect.settings import InspectSettings
 from webhook.core.placement import annotations as ann
 from webhook.core.usage import cgroups, overshare
 from webhook.core.wire import resources
@@ -233,7 +234,7 @@ def test_inspect_reads_each_plugin_through_the_api_servers_pod_proxy(
         bed, ns, "plugin", {"phase": "Running", "podIP": host, "podIPs": [{"ip": host}], "hostIP": host}
     )
     out = io.StringIO()
-    settings = inspect.InspectSettings(
+    settings = InspectSettings(
         nodes=(node,),
         output="json",
         client=client.ClientSettings(kubeconfig=str(bed.cp.admin_kubeconfig)),
@@ -245,7 +246,7 @@ def test_inspect_reads_each_plugin_through_the_api_servers_pod_proxy(
     def shown() -> Any:
         out.seek(0)
         out.truncate()
-        assert inspect.run(settings, out) == 0
+        assert command.run(settings, out) == 0
         (row,) = json.loads(out.getvalue())["nodes"]
         return row if not row["problems"] and any(g["usedBytes"] for g in row["gpus"]) else None
 
@@ -264,7 +265,7 @@ def test_inspect_reads_each_plugin_through_the_api_servers_pod_proxy(
     )
     out.seek(0)
     out.truncate()
-    assert inspect.run(settings, out) == 0
+    assert command.run(settings, out) == 0
     assert json.loads(out.getvalue())["nodes"][0]["problems"] == [
         "usage: no gpushare device plugin pod on this node"
     ]

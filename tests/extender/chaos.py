@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.extender.bindcalls import AsyncBindingApi, BindingApi
+from webhook.extender.bind.calls import AsyncBindingApi, BindingApi
 from webhook.kube import errors
 
 # Counter keys of `FaultyBindingApi.injected`.

@@ -10,8 +10,8 @@ from typing import Any
 
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
-from webhook.extender.bindcalls import BindingApi
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
+from webhook.extender.bind.calls import BindingApi
 from webhook.extender.wire import BindingArgs
 from webhook.kube import errors
 

@@ -17,7 +17,7 @@ from tests.extender.factory import FakeApi, OnLoop, node, pod
 from tests.serving import scraped
 from webhook.extender import app as app_mod
 from webhook.extender import scheduling, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving.server import AppServer, ServeOptions

@@ -11,7 +11,7 @@ import pytest
 
 from tests.extender.factory import FakeApi, OnLoop, api_error, node, pod
 from webhook.extender import app as app_mod
-from webhook.extender.binder import LOST_LEADERSHIP, Binder
+from webhook.extender.bind.binder import LOST_LEADERSHIP, Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving.server import AppServer, ServeOptions

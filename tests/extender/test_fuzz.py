@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from tests.extender.factory import FakeApi, node, pod
 from webhook.core.wire import resources
 from webhook.extender import app as app_mod
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving.server import AppServer, ServeOptions

@@ -33,7 +33,7 @@ from tests.extender.test_client_auth import (
 from webhook.cli.serve import extender as serve_extender
 from webhook.core.pki import certificates
 from webhook.devcluster.standin.apiserver import ApiServer
-from webhook.extender import forward
+from webhook.extender.bind import forward
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings
 from webhook.serving import h2server, protocol, tls

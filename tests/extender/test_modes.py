@@ -10,7 +10,7 @@ import pytest
 from tests.extender.factory import FakeApi, node, pod
 from webhook.core.placement import allocator, modes
 from webhook.extender import scheduling, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs

@@ -13,7 +13,7 @@ from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
 from webhook.extender import nominations as nominations_mod
 from webhook.extender import scheduling, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import DELETED, MODIFIED, Cache
 from webhook.extender.nominations import NOMINATION_TTL_NS
 from webhook.extender.settings import ExtenderSettings

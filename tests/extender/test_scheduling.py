@@ -15,7 +15,7 @@ from webhook.core.placement import allocator, modes, ranking
 from webhook.core.placement import annotations as ann
 from webhook.core.specs.demand import Demand
 from webhook.extender import scheduling, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import ADDED, DELETED, MODIFIED, Cache
 from webhook.extender.settings import ExtenderSettings
 

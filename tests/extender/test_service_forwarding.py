@@ -13,7 +13,7 @@ from tests.extender.factory import pod
 from tests.standins.loopback import free_port
 from webhook.core.wire import resources
 from webhook.devcluster.standin.apiserver import ApiServer
-from webhook.extender import forward
+from webhook.extender.bind import forward
 from webhook.extender.service import Extender
 from webhook.extender.settings import ExtenderSettings, LeaderSettings
 

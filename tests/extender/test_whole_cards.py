@@ -13,7 +13,7 @@ from webhook.cli.serve import extender as serve_extender
 from webhook.core.placement import allocator, modes
 from webhook.core.wire import resources
 from webhook.extender import scheduling, wire
-from webhook.extender.binder import Binder
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import MODIFIED, Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.extender.wire import BindingArgs

@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from webhook.cli import exitcodes, helpformat, progname
+from webhook.cli import exitcodes, flagtypes, helpformat
 from webhook.core.pki import certificates
 from webhook.serving import tls
 
@@ -28,28 +28,21 @@ def dns_name(text: str) -> str:
 
 
 def ip_address(text: str) -> str:
-    try:
-        return str(ipaddress.ip_address(text))
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not an IP address: {text!r}") from exc
+    return str(flagtypes.parsed(text, ipaddress.ip_address, "not an IP address: {text!r}"))
 
 
 def days(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not a whole number of days: {text!r}") from exc
+    value = flagtypes.parsed(text, int, "not a whole number of days: {text!r}")
     if not 1 <= value <= 36500:
         raise argparse.ArgumentTypeError(f"days must be 1-36500, got {value}")
     return value
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=progname.command("certs"),
-        description="Write a development CA and a serving certificate for the webhook "
+    p = helpformat.parser(
+        "certs",
+        "Write a development CA and a serving certificate for the webhook "
         "(tls.crt, tls.key, ca.crt, ca.key; keys mode 0600).",
-        formatter_class=helpformat.DefaultsFormatter,
     )
     p.add_argument("--out-dir", type=Path, default=Path("certs"), help="directory to write (default: certs)")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""`gpushare demo`: flags -> DemoSettings -> `webhook.devcluster.demo.run`.
+"""`gpushare demo`: flags -> DemoSettings -> `webhook.devcluster.demo.show.run`.
 
 Exit 0 after `--once` or SIGTERM, 130 on Ctrl-C (webhook.cli.main), 1 when a part or the cluster fails.
 """
@@ -9,17 +9,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from webhook.cli import exitcodes, helpformat, progname
-from webhook.devcluster import demo
+from webhook.cli import exitcodes, helpformat
+from webhook.devcluster.demo import show
 from webhook.devcluster.process import ProcessError
 from webhook.kube import errors
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=progname.command("demo"),
-        formatter_class=helpformat.DefaultsFormatter,
-        description="A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
+    p = helpformat.parser(
+        "demo",
+        "A GPU cluster on this machine: the real kube-apiserver, etcd, kube-controller-manager "
         "and kube-scheduler when `bash scripts/kube-bins` built them (else the API stand-in); as root with "
         "`bash scripts/runtime-bins` built, a node that runs containers with the chart's parts as pods of "
         "our image, else a real kubelet per node on a fake runtime (root) and our parts on this host; fake "
@@ -49,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    settings = demo.DemoSettings(
+    settings = show.DemoSettings(
         once=args.once,
         standin=args.standin,
         fake_runtime=args.fake_runtime,
@@ -57,7 +56,7 @@ def main(argv: list[str]) -> int:
         timeout_s=args.timeout,
     )
     try:
-        return demo.run(settings)
-    except (demo.DemoError, ProcessError, errors.ApiError, RuntimeError) as err:
+        return show.run(settings)
+    except (show.DemoError, ProcessError, errors.ApiError, RuntimeError) as err:
         print(f"gpushare demo: {err}", file=sys.stderr)
         return exitcodes.FAILURE

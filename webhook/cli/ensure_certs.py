@@ -16,7 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from webhook.cli import exitcodes, helpformat, progname
+from webhook.cli import exitcodes, flagtypes, helpformat
 from webhook.core.pki import certificates
 from webhook.kube import certsync
 from webhook.kube import client as kube_client
@@ -33,11 +33,10 @@ def api_client(kubeconfig: str | None, server: str | None) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=progname.command("ensure-certs"),
-        description="In-cluster: keep the webhook's TLS Secret (tls.crt, tls.key, ca.crt) valid and its CA "
+    p = helpformat.parser(
+        "ensure-certs",
+        "In-cluster: keep the webhook's TLS Secret (tls.crt, tls.key, ca.crt) valid and its CA "
         "in the caBundle of the named webhook configurations. Safe to run again and concurrently.",
-        formatter_class=helpformat.DefaultsFormatter,
     )
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE"), help="the Secret's namespace "
                    "(default: $POD_NAMESPACE)")  # fmt: skip
@@ -132,10 +131,7 @@ def main(argv: list[str]) -> int:
 
 
 def _common_name(text: str) -> str:
-    try:
-        return certificates.check_common_name(text)
-    except certificates.CertificateError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+    return flagtypes.parsed(text, certificates.check_common_name)
 
 
 def _positive(text: str) -> int:
@@ -146,10 +142,7 @@ def _positive(text: str) -> int:
 
 
 def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    value = flagtypes.parsed(text, int, "not a whole number: {text!r}")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
     return value

@@ -8,6 +8,19 @@ from __future__ import annotations
 
 import argparse
 
+from webhook.cli import progname
+
+
+def parser(command: str, description: str, epilog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of subcommand `command`: named as the user typed it (`progname.command`), its --help
+    showing the defaults."""
+    return argparse.ArgumentParser(
+        prog=progname.command(command),
+        description=description,
+        epilog=epilog,
+        formatter_class=DefaultsFormatter,
+    )
+
 
 class DefaultsFormatter(argparse.HelpFormatter):
     """Use as `ArgumentParser(formatter_class=DefaultsFormatter)`."""

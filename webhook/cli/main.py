@@ -27,7 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("certs", "write a development CA and serving certificate"),
     "ensure-certs": ("ensure_certs", "in-cluster: keep the webhook's certificate Secret and caBundle paired"),
     "check": ("check", "check manifests offline with the webhook's rules"),
-    "inspect": ("inspect", "show GPU memory per node and GPU"),
+    "inspect": ("inspect.command", "show GPU memory per node and GPU"),
     "demo": ("demo", "a local GPU cluster with all three parts, a refused pod and the inspect table"),
 }
 

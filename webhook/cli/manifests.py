@@ -107,8 +107,12 @@ class ReadError:
     problem: str
 
     def __str__(self) -> str:
-        where = self.source if self.line is None else f"{self.source}:{self.line}"
-        return f"{where}: {self.problem}"
+        return located(self.source, self.line, self.problem)
+
+
+def located(source: str, line: int | None, problem: str) -> str:
+    """`source:line: problem`, or `source: problem` where no line is known."""
+    return f"{source}: {problem}" if line is None else f"{source}:{line}: {problem}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.cli import manifests
 from webhook.core.specs import templates
 
 # Exit codes of `gpushare check`.
@@ -75,8 +76,7 @@ class Problem:
     problem: str
 
     def __str__(self) -> str:
-        source = shown(self.source)
-        return f"{source}:{self.line}: {self.problem}" if self.line else f"{source}: {self.problem}"
+        return manifests.located(shown(self.source), self.line or None, self.problem)
 
 
 @dataclass(slots=True)

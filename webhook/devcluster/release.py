@@ -197,20 +197,6 @@ class Release:
         path = self.root / "kubeconfigs" / f"{service_account}-{time.monotonic_ns()}.kubeconfig"
         return self.cp.write_kubeconfig(path, {"token": self.token(service_account, bound_pod=bound_pod)})
 
-    def node(
-        self,
-        name: str,
-        gpus: int,
-        gib_each: int,
-        labels: Mapping[str, str] | None = None,
-        *,
-        taints: Sequence[Obj] = (),
-        annotations: Mapping[str, str] | None = None,
-    ) -> Obj:
-        return objects.gpu_node(
-            self.api, name, gpus, gib_each, labels, taints=taints, annotations=annotations
-        )
-
     def pods(self, namespace: str) -> list[Obj]:
         return list(rest.list_all(self.api, rest.path("pods", namespace=namespace)))
 

@@ -24,8 +24,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from webhook import __version__
-from webhook.extender import bindcalls
-from webhook.extender.binder import Binder
+from webhook.extender.bind import calls
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache, NodeView
 from webhook.extender.host import Leadership
 from webhook.extender.settings import ExtenderSettings
@@ -70,7 +70,7 @@ class ExtenderApp:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     # Binds on the event loop with this API (None: on threads, binder.api): the Binding is the one call
     # per pod that waits on the API server, and a thread costs two hand-overs per bind.
-    loop_api: bindcalls.AsyncBindingApi | None = None
+    loop_api: calls.AsyncBindingApi | None = None
     # Reads the watches' streams on the app's loop while it runs (attached by the lifespan).
     streamer: asyncdirect.LoopStreamer | None = None
 

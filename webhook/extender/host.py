@@ -13,8 +13,8 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
-from webhook.extender import bindcalls
-from webhook.extender.binder import Binder
+from webhook.extender.bind import calls
+from webhook.extender.bind.binder import Binder
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 
@@ -35,4 +35,4 @@ class Host(Protocol):
     settings: ExtenderSettings
     leadership: Leadership
     registry: CollectorRegistry
-    loop_api: bindcalls.AsyncBindingApi | None  # None: binds run on threads
+    loop_api: calls.AsyncBindingApi | None  # None: binds run on threads

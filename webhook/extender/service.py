@@ -17,9 +17,9 @@ from typing import Any
 
 from webhook.core.pki import certificates
 from webhook.extender import app as app_mod
-from webhook.extender import forward
-from webhook.extender.binder import Binder
-from webhook.extender.bindingapi import AsyncKubeBindingApi, KubeBindingApi
+from webhook.extender.bind import forward
+from webhook.extender.bind.binder import Binder
+from webhook.extender.bind.kubeapi import AsyncKubeBindingApi, KubeBindingApi
 from webhook.extender.cache import Cache
 from webhook.extender.settings import ExtenderSettings
 from webhook.kube import asyncdirect, leader, rest, watch

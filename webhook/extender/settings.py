@@ -58,7 +58,7 @@ class ExtenderSettings:
     max_body_bytes: int = 64 * 1024 * 1024
     bind_attempts: int = 3
     bind_workers: int = 32  # threads for binds that cannot run on the event loop (duplicates, a proxy)
-    # Filter waits (filter_wait_s at most) while more binds than this are pending (extender.backlog):
+    # Filter waits (filter_wait_s at most) while more binds than this are pending (bind/backlog.py):
     # kube-scheduler then schedules at the pace binds complete instead of queueing binds past its timeout.
     bind_backlog: int = 64
     filter_wait_s: float = 1.0

@@ -4,7 +4,7 @@ for every pod, so they skip Starlette's middleware, router and Request/Response 
 Scheduler verbs always answer HTTP 200 with JSON; a failure is carried in `Error` (filter, bind), as
 kube-scheduler expects (pkg/scheduler/extender.go). Prioritize has no Error field: bad input gets 400 with
 one, and the scheduler then ignores our scores, as it does for any prioritize error. A follower forwards
-bind to the leader (`forward.py`). Binds run on the event loop when the app has a loop API, else (and for
+bind to the leader (`bind/forward.py`). Binds run on the event loop when the app has a loop API, else (and for
 a duplicate that must wait for the pod's turn) on threads.
 """
 
@@ -21,8 +21,9 @@ import orjson
 from prometheus_client import Counter, Gauge
 from starlette.types import Receive, Scope, Send
 
-from webhook.extender import forward, scheduling, wire
-from webhook.extender.backlog import BindBacklog
+from webhook.extender import scheduling, wire
+from webhook.extender.bind import forward
+from webhook.extender.bind.backlog import BindBacklog
 from webhook.extender.host import Host
 from webhook.serving import body as body_limit
 from webhook.serving import clientauth, fastpath, metrics, protocol

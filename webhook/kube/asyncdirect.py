@@ -20,7 +20,7 @@ import concurrent.futures
 import ssl
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode, urlsplit
 
@@ -274,17 +274,11 @@ class LoopStreamer:
         self._loop = None
 
     def open(
-        self,
-        resource_path: str,
-        query: Mapping[str, str | int | bool],
-        on_data: Callable[[bytes], None],
-        timeout_s: float,
+        self, resource_path: str, query: rest.Query, on_data: Callable[[bytes], None], timeout_s: float
     ) -> concurrent.futures.Future[None] | None:
         return self._run(self.client.stream(_target(resource_path, query), on_data, timeout_s))
 
-    def get(
-        self, resource_path: str, query: Mapping[str, str | int | bool]
-    ) -> concurrent.futures.Future[Any] | None:
+    def get(self, resource_path: str, query: rest.Query) -> concurrent.futures.Future[Any] | None:
         return self._run(self.client.request("GET", _target(resource_path, query)))
 
     def _run(self, call: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T] | None:
@@ -303,7 +297,7 @@ class LoopStreamer:
             return None
 
 
-def _target(path: str, query: Mapping[str, str | int | bool]) -> str:
+def _target(path: str, query: rest.Query) -> str:
     """`path` with `query` as the client library writes it (booleans in lower case)."""
     text = urlencode({k: str(v).lower() if isinstance(v, bool) else v for k, v in query.items()})
     return f"{path}?{text}" if text else path

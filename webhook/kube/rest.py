@@ -20,6 +20,7 @@ from webhook.kube import errors
 
 Obj = dict[str, Any]
 Timeout = float | tuple[float, float]
+Query = Mapping[str, str | int | bool]  # a request's query parameters
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -47,7 +48,7 @@ def _prepare(
     *,
     method: str,
     resource_path: str,
-    query: Mapping[str, str | int | bool] | None,
+    query: Query | None,
     body: Any,
     content_type: str,
 ) -> tuple[str, str, dict[str, str], Any]:
@@ -71,7 +72,7 @@ def request(
     method: str,
     resource_path: str,
     *,
-    query: Mapping[str, str | int | bool] | None = None,
+    query: Query | None = None,
     body: Any = None,
     content_type: str = JSON,
     timeout: Timeout = DEFAULT_TIMEOUT,
@@ -103,7 +104,7 @@ def open_stream(
     api: kubernetes.client.ApiClient,
     resource_path: str,
     *,
-    query: Mapping[str, str | int | bool] | None = None,
+    query: Query | None = None,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> urllib3.BaseHTTPResponse:
     """GET a streaming reply (a watch); the caller reads and releases it. Non-2xx raises ApiError."""
@@ -125,7 +126,7 @@ def list_all(
     api: kubernetes.client.ApiClient,
     resource_path: str,
     *,
-    query: Mapping[str, str | int | bool] | None = None,
+    query: Query | None = None,
     page_size: int = 500,
     timeout: Timeout = DEFAULT_TIMEOUT,
 ) -> Iterator[Obj]:

@@ -16,7 +16,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import kubernetes.client
@@ -339,18 +339,12 @@ class Streamer(Protocol):
     """Reads watch streams on an event loop instead of the watch's thread (asyncdirect.LoopStreamer)."""
 
     def open(
-        self,
-        resource_path: str,
-        query: Mapping[str, str | int | bool],
-        on_data: Callable[[bytes], None],
-        timeout_s: float,
+        self, resource_path: str, query: rest.Query, on_data: Callable[[bytes], None], timeout_s: float
     ) -> concurrent.futures.Future[None] | None:
         """The stream running on the loop (its result: the stream ended; ApiError: it failed), or None
         when no loop is there now (the watch then streams on its own thread)."""
 
-    def get(
-        self, resource_path: str, query: Mapping[str, str | int | bool]
-    ) -> concurrent.futures.Future[Any] | None:
+    def get(self, resource_path: str, query: rest.Query) -> concurrent.futures.Future[Any] | None:
         """A GET of `resource_path` running on the loop (its result: the decoded reply), or None."""
 
     def when_attached(self, callback: Callable[[], None]) -> None:

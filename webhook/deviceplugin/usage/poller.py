@@ -16,7 +16,7 @@ from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.usage.overshareactions import OverShareActions
 from webhook.deviceplugin.usage.pods import PodSharesStore
 from webhook.gpus.cgroupreader import CgroupReader
-from webhook.gpus.usagesource import UsageSource
+from webhook.gpus.usage.source import UsageSource
 from webhook.kube import rounds
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,9 @@ from webhook.deviceplugin.state import DeviceState
 from webhook.deviceplugin.usage.overshareactions import OverShareActions
 from webhook.deviceplugin.usage.pods import PodSharesStore
 from webhook.deviceplugin.usage.poller import UsagePoller
-from webhook.gpus import inventory, usagesource
+from webhook.gpus import inventory
 from webhook.gpus.cgroupreader import CgroupReader
+from webhook.gpus.usage import source as usagesource
 from webhook.serving import probeserver
 
 JSON = "application/json"
