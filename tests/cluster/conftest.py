@@ -7,11 +7,11 @@ with the reason in one line; under CI=true that skip fails (tests/conftest.py)."
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.workloads import Workloads, post_mortem
+from tests.cluster.workloads import CURRENT, pytest_runtest_makereport, work
 from webhook.core.wire import resources
 from webhook.devcluster import binaries
 from webhook.devcluster import cluster as clustermod
@@ -20,7 +20,6 @@ from webhook.devcluster.podrelease import PodRelease
 
 # What a user's GPU node carries (the chart's NOTES): its mode and the isolation pool gpu-mem pods ask for.
 NODE_LABELS = {resources.ACK_SCHEDULE_LABEL: "share", resources.ISOLATION_KEY: "false"}
-_current: list[Cluster] = []
 
 
 @pytest.fixture(scope="package")
@@ -32,11 +31,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     assert kube is not None and runtime is not None
     images = clustermod.build_images()
     found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), labels=NODE_LABELS)
-    _current.append(found)
+    CURRENT.append(found)
     try:
         yield found.start()
     finally:
-        _current.remove(found)
+        CURRENT.remove(found)
         found.stop()
 
 
@@ -48,23 +47,4 @@ def chart(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> PodRele
     return release
 
 
-@pytest.fixture
-def work(chart: PodRelease, request: pytest.FixtureRequest) -> Iterator[Workloads]:
-    """A namespace of the test's own for its pods, deleted (and waited for) afterwards."""
-    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
-    workloads = Workloads(chart, chart.api.namespace(name))
-    try:
-        yield workloads
-    finally:
-        workloads.delete_namespace()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test's report shows the cluster's pods, recent events and each process's last lines."""
-    report = yield
-    if report.failed and _current:
-        post_mortem(report, _current[-1])
-    return report
+__all__ = ["pytest_runtest_makereport", "work"]  # the suite's fixture and report hook (workloads.py)

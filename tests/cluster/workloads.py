@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -29,6 +29,33 @@ REPORT = (
     "print(json.dumps({'env': dict(os.environ), 'mounts': mounts, 'devices': gpus}), flush=True)\n"
     "time.sleep(float(os.environ.get('REPORT_SLEEP', 10**9)))\n"
 )
+
+
+# The cluster each package's fixture runs now (tests/cluster, tests/cluster_ha): what a failed test's
+# report shows.
+CURRENT: list[Cluster] = []
+
+
+@pytest.fixture
+def work(chart: PodRelease, request: pytest.FixtureRequest) -> Iterator[Workloads]:
+    """A namespace of the test's own for its pods, deleted (and waited for) afterwards."""
+    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
+    workloads = Workloads(chart, chart.api.namespace(name))
+    try:
+        yield workloads
+    finally:
+        workloads.delete_namespace()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report shows the cluster's pods, nodes, recent events and each process's tail."""
+    report = yield
+    if report.failed and CURRENT:
+        post_mortem(report, CURRENT[-1])
+    return report
 
 
 def post_mortem(report: pytest.TestReport, found: Cluster) -> None:

@@ -9,12 +9,12 @@ leaving the cluster whole for the next (a lost node back, a drained node uncordo
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.cluster.workloads import Workloads, post_mortem
+from tests.cluster.workloads import CURRENT, pytest_runtest_makereport, work
 from webhook.core.wire import resources
 from webhook.devcluster import binaries
 from webhook.devcluster import cluster as clustermod
@@ -31,7 +31,6 @@ GPUS = {
 }
 GIB_PER_GPU = {GPU_A: 16, GPU_B: 24, GPU_C: 16}
 GIB_TOTAL = {GPU_A: 32, GPU_B: 72, GPU_C: 16}
-_current: list[Cluster] = []
 
 
 @pytest.fixture(scope="package")
@@ -44,11 +43,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     images = clustermod.build_images()
     nodes = (NodeSpec(SYSTEM), NodeSpec(GPU_A, GPU_LABELS), NodeSpec(GPU_B, GPU_LABELS))
     found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), nodes=nodes)
-    _current.append(found)
+    CURRENT.append(found)
     try:
         yield found.start()
     finally:
-        _current.remove(found)
+        CURRENT.remove(found)
         found.stop()
 
 
@@ -65,23 +64,4 @@ def ha_values() -> dict[str, Any]:
     return {"simulation": {"enabled": True, "gpus": "", "nodes": GPUS}, "scheduler": {"replicas": 2}}
 
 
-@pytest.fixture
-def work(chart: PodRelease, request: pytest.FixtureRequest) -> Iterator[Workloads]:
-    """A namespace of the test's own for its pods, deleted (and waited for) afterwards."""
-    name = request.node.name.lower().replace("_", "-")[:50].strip("-")
-    workloads = Workloads(chart, chart.api.namespace(name))
-    try:
-        yield workloads
-    finally:
-        workloads.delete_namespace()
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(
-    item: pytest.Item, call: pytest.CallInfo[None]
-) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    """A failed test's report shows the cluster's pods, nodes, recent events and each process's tail."""
-    report = yield
-    if report.failed and _current:
-        post_mortem(report, _current[-1])
-    return report
+__all__ = ["pytest_runtest_makereport", "work"]  # the suite's fixture and report hook (workloads.py)
