@@ -116,14 +116,24 @@ def test_cert_manager_mode_injects_the_serving_certificates_ca() -> None:
 
 
 def test_self_managed_certificates_render_no_ca_bundle_for_a_rollback_to_put_back() -> None:
-    # The hook patches caBundle and Helm never owns it: `helm rollback` re-applies a revision's manifest,
-    # which would otherwise bring back the caBundle (or the lack of one) that revision rendered.
+    # The hooks patch caBundle and Helm never owns it: `helm rollback` re-applies a revision's manifest,
+    # which would otherwise bring back the caBundle (or the lack of one) that revision rendered. A fresh
+    # install (no configuration found: `lookup` is empty here) is marked so that its upgrades keep it so.
     for config in _configurations(render.render({"certificates": {"mode": "selfManaged"}})):
+        annotations = config["metadata"]["annotations"]
+        assert annotations == {"gpushare.aliyun.com/ca-bundle-by-hooks": "true"}, config["metadata"]["name"]
         for hook in config["webhooks"]:
             assert "caBundle" not in hook["clientConfig"], config["metadata"]["name"]
+
+
+def test_a_release_installed_before_the_mark_keeps_its_ca_bundle_rendered_from_the_installed_one() -> None:
+    # `lookup` needs a cluster; the template must read the installed configuration, and render it only
+    # for configurations without the mark (0.1.0's: their last manifest holds a caBundle, and a manifest
+    # without one would make Helm remove it).
     helpers = (render.CHART / "templates" / "_helpers.tpl").read_text()
     body = helpers.split('define "gpushare.webhook.caBundle"')[1].split("{{- end }}\n")[0]
-    assert "lookup" not in body
+    assert 'lookup "admissionregistration.k8s.io/v1"' in body
+    assert '(not (include "gpushare.webhook.caBundleByHooks" .))' in body
 
 
 def _certgen(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

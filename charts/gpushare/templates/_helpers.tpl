@@ -95,16 +95,34 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
 {{/*
-caBundle for the webhook configurations (base64 PEM). provided: from values. selfManaged: none, ever:
-ensure-certs' post-install hook patches it in and its later runs keep it current, and Helm never owns the
-field. A rendered caBundle would be put back by `helm rollback` as that revision rendered it: the first
-revision renders before the hook made a CA, so a rollback to it removed caBundle, and any other would
-restore a CA that a renewal had replaced; GPU pods were refused until the post-rollback hook, after
---wait (docs/operations.md). certManager: none, cainjector fills it.
+caBundle for the webhook configurations (base64 PEM). provided: from values. certManager: none,
+cainjector fills it. selfManaged: none (the hooks patch it in, Helm never owns it), marked on the
+configurations by CA_BUNDLE_BY_HOOKS. A rendered caBundle is put back by `helm rollback` as that revision
+rendered it: the first revision renders before the hook made a CA, so a rollback to it removed caBundle,
+and GPU pods were refused until the post-rollback hook, after --wait (docs/operations.md). A release
+installed by 0.1.0, whose configurations lack the mark, keeps its caBundle rendered from what is
+installed: its last manifest holds one, and a manifest without it would make Helm remove it.
 */}}
 {{- define "gpushare.webhook.caBundle" -}}
-{{- if eq .Values.certificates.mode "provided" -}}
+{{- $mode := .Values.certificates.mode -}}
+{{- if eq $mode "provided" -}}
 {{- .Values.certificates.provided.caCrt | b64enc -}}
+{{- else if and (eq $mode "selfManaged") (not (include "gpushare.webhook.caBundleByHooks" .)) -}}
+{{- $cfg := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "gpushare.webhook.validatingName" .) -}}
+{{- $installed := "" -}}
+{{- range ($cfg.webhooks | default list) -}}
+{{- if and (not $installed) .clientConfig.caBundle -}}{{- $installed = .clientConfig.caBundle -}}{{- end -}}
+{{- end -}}
+{{- $installed -}}
+{{- end -}}
+{{- end }}
+
+{{/* "true" when the hooks alone write caBundle: selfManaged, and no configuration installed without the
+mark (a fresh install, or one made by this chart since the mark exists). */}}
+{{- define "gpushare.webhook.caBundleByHooks" -}}
+{{- if eq .Values.certificates.mode "selfManaged" -}}
+{{- $cfg := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" (include "gpushare.webhook.validatingName" .) -}}
+{{- if or (not $cfg) (hasKey ($cfg.metadata.annotations | default dict) "gpushare.aliyun.com/ca-bundle-by-hooks") -}}true{{- end -}}
 {{- end -}}
 {{- end }}
 
@@ -113,6 +131,10 @@ restore a CA that a renewal had replaced; GPU pods were refused until the post-r
 {{- if eq .Values.certificates.mode "certManager" -}}
 annotations:
   cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "gpushare.webhook.name" . }}
+{{- else if include "gpushare.webhook.caBundleByHooks" . -}}
+annotations:
+  # caBundle is the ensure-certs hooks' alone: the chart renders none (_helpers.tpl).
+  gpushare.aliyun.com/ca-bundle-by-hooks: "true"
 {{- end -}}
 {{- end }}
 
