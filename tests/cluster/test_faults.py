@@ -29,6 +29,12 @@ UNREACHABLE = ("dial tcp", "no endpoints available")
 
 def test_with_the_webhook_pods_deleted_gpu_pods_fail_closed_until_a_new_one_is_ready(work: Workloads) -> None:
     chart = work.chart
+    # Settled first: an earlier test's upgrade may still be replacing a webhook pod.
+    wait(
+        "the webhook's two pods, rolled out",
+        lambda: rolled_out(chart, "webhook") and len(our_pods(chart, "webhook")) == 2,
+        180,
+    )
     old = {p["metadata"]["name"] for p in our_pods(chart, "webhook")}
     assert len(old) == 2
     # Stopped at once (one second of grace, the preStop sleep cut short), as a crash or a lost node stops
