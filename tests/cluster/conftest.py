@@ -11,10 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.workloads import CURRENT, pytest_runtest_makereport, work
+from tests.cluster.workloads import pytest_runtest_makereport, running_cluster, work
 from webhook.core.wire import resources
-from webhook.devcluster import binaries
-from webhook.devcluster import cluster as clustermod
 from webhook.devcluster.cluster import Cluster
 from webhook.devcluster.podrelease import PodRelease
 
@@ -24,19 +22,7 @@ NODE_LABELS = {resources.ACK_SCHEDULE_LABEL: "share", resources.ISOLATION_KEY: "
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    kube, runtime = binaries.locate(), binaries.runtime()
-    reason = clustermod.unavailable(kube, runtime)
-    if reason is not None:
-        pytest.skip(f"no node with a container runtime here: {reason}")
-    assert kube is not None and runtime is not None
-    images = clustermod.build_images()
-    found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), labels=NODE_LABELS)
-    CURRENT.append(found)
-    try:
-        yield found.start()
-    finally:
-        CURRENT.remove(found)
-        found.stop()
+    yield from running_cluster(tmp_path_factory, labels=NODE_LABELS)
 
 
 @pytest.fixture(scope="package")

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import pytest
 
 from webhook.core.wire import resources
+from webhook.devcluster import binaries
 from webhook.devcluster import cluster as cluster_mod
 from webhook.devcluster.cluster import Cluster
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
@@ -34,6 +35,24 @@ REPORT = (
 # The cluster each package's fixture runs now (tests/cluster, tests/cluster_ha): what a failed test's
 # report shows.
 CURRENT: list[Cluster] = []
+
+
+def running_cluster(tmp_path_factory: pytest.TempPathFactory, **spec: Any) -> Iterator[Cluster]:
+    """The body of each package's `cluster` fixture: skipped with the reason where no node can run here,
+    else a Cluster of `spec` (its labels or nodes) started on images built here, and stopped after."""
+    kube, runtime = binaries.locate(), binaries.runtime()
+    reason = cluster_mod.unavailable(kube, runtime)
+    if reason is not None:
+        pytest.skip(f"no node with a container runtime here: {reason}")
+    assert kube is not None and runtime is not None
+    images = cluster_mod.build_images()
+    found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), **spec)
+    CURRENT.append(found)
+    try:
+        yield found.start()
+    finally:
+        CURRENT.remove(found)
+        found.stop()
 
 
 @pytest.fixture

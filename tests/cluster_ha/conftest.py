@@ -14,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.workloads import CURRENT, pytest_runtest_makereport, work
+from tests.cluster.workloads import pytest_runtest_makereport, running_cluster, work
 from webhook.core.wire import resources
-from webhook.devcluster import binaries
-from webhook.devcluster import cluster as clustermod
 from webhook.devcluster.cluster import Cluster, NodeSpec
 from webhook.devcluster.podrelease import PodRelease
 
@@ -35,20 +33,8 @@ GIB_TOTAL = {GPU_A: 32, GPU_B: 72, GPU_C: 16}
 
 @pytest.fixture(scope="package")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    kube, runtime = binaries.locate(), binaries.runtime()
-    reason = clustermod.unavailable(kube, runtime)
-    if reason is not None:
-        pytest.skip(f"no node with a container runtime here: {reason}")
-    assert kube is not None and runtime is not None
-    images = clustermod.build_images()
     nodes = (NodeSpec(SYSTEM), NodeSpec(GPU_A, GPU_LABELS), NodeSpec(GPU_B, GPU_LABELS))
-    found = Cluster(kube, runtime, images, tmp_path_factory.mktemp("cluster"), nodes=nodes)
-    CURRENT.append(found)
-    try:
-        yield found.start()
-    finally:
-        CURRENT.remove(found)
-        found.stop()
+    yield from running_cluster(tmp_path_factory, nodes=nodes)
 
 
 @pytest.fixture(scope="package")
