@@ -162,8 +162,8 @@ class Cluster:
 
     def stop(self) -> None:
         """Everything ended, the nodes first; each step runs even if one before it failed."""
-        nodes = list(self.running.values()) or ([self.node] if self.node else [])
-        nets = [node.net for node in nodes] or ([self.net] if self.net else [])
+        nodes = list(self.running.values())  # each registered before it starts (_start_node)
+        nets = [node.net for node in nodes] or ([self.net] if self.net else [])  # or only the first's
         with contextlib.ExitStack() as steps:
             for net in nets:  # the images' layers (~1 GB a node), once no mount holds them; logs stay
                 steps.callback(shutil.rmtree, net.workdir / "containerd" / "root", ignore_errors=True)
