@@ -150,7 +150,7 @@ def test_a_lone_surrogate_or_control_character_in_a_name_is_shown_escaped():
 
 
 def test_the_extender_says_what_check_says():
-    # The extender reads a pod through core.specs.demand; check through core.admission.rules: one text for
+    # The extender reads a pod through core.specs.demand; check through core.specs.podread: one text for
     # one mistake.
     for bad in (
         pod(ctr({MEM: "3Gi"})),

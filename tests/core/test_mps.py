@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from webhook.core.admission import rules
+from tests.core import reads
 from webhook.core.node import devices, mps
 from webhook.core.node.devices import Gpu
 from webhook.core.wire import resources
@@ -58,13 +58,11 @@ def test_gpus_older_than_volta_or_of_unknown_capability_refuse_mps_with_the_reas
 
 def test_the_webhooks_rules_deny_a_wrong_compute_percent_naming_the_annotation():
     metadata = {"annotations": {mps.COMPUTE_PERCENT_ANNOTATION: "150"}}
-    (found,) = rules.check_pod_spec(
-        metadata, {"containers": []}, "spec.template", resources.GpuResourceNames()
-    )
+    (found,) = reads.findings(metadata, {"containers": []}, "spec.template", resources.GpuResourceNames())
     assert str(found) == (
         'spec.template.metadata.annotations[gpushare.aliyun.com/compute-percent]: "150": must be a whole '
         'percent of the GPU\'s compute between 1 and 100 (MPS nodes only); fix: write e.g. "30", or remove '
         "the annotation"
     )
     metadata = {"annotations": {mps.COMPUTE_PERCENT_ANNOTATION: "30"}}
-    assert rules.check_pod_spec(metadata, {"containers": []}, "", resources.GpuResourceNames()) == []
+    assert reads.findings(metadata, {"containers": []}, "", resources.GpuResourceNames()) == []

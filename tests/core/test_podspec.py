@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from webhook.core.admission import isolation, lookalikes, rules, verdict
+from tests.core import reads
+from webhook.core.admission import isolation, lookalikes, verdict
 from webhook.core.specs import demand, podspec, templates
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
@@ -69,7 +70,7 @@ MISSHAPEN: list[tuple[str, dict[str, Any]]] = [
 def test_every_reader_of_containers_turns_a_misshapen_list_into_a_message_naming_it(spec):
     wrong = next(i for i in podspec.containers(spec) if isinstance(i, podspec.WrongShape))
     # The rules deny it, naming the field ...
-    found = rules.check_pod_spec({}, spec, "", NAMES)
+    found = reads.findings({}, spec, "", NAMES)
     assert any(v.path == wrong.path and "has the wrong type" in v.problem for v in found)
     # ... the isolation decision and look-alike warnings read the containers that are objects ...
     template = templates.PodTemplate("", {}, spec)

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core.admission import rules
+from tests.core import reads
 from webhook.core.specs import gpumem
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
@@ -30,7 +30,7 @@ def check(*containers: Any, init: Any = (), labels: Any = None, prefix: str = ""
     spec: dict[str, Any] = {"containers": list(containers)}
     if init:
         spec["initContainers"] = list(init)
-    return rules.check_pod_spec(metadata, spec, prefix, NAMES)
+    return reads.findings(metadata, spec, prefix, NAMES)
 
 
 GOOD = [
@@ -184,13 +184,13 @@ def test_violations_come_in_container_then_init_container_then_resource_name_ord
 
 def test_ephemeral_containers_are_ignored():
     spec = {"containers": [], "ephemeralContainers": [ctr(limits={GPU: "0.5"})]}
-    assert rules.check_pod_spec({}, spec, "", NAMES) == []
+    assert reads.findings({}, spec, "", NAMES) == []
 
 
 def test_configured_resource_names_are_used():
     names = resources.GpuResourceNames(whole_device=frozenset({"example.com/gpu"}), memory="example.com/vram")
     spec = {"containers": [ctr(limits={"example.com/gpu": "0.5", "example.com/vram": "1.5", GPU: "0.5"})]}
-    found = rules.check_pod_spec({}, spec, "", names)
+    found = reads.findings({}, spec, "", names)
     assert [v.path for v in found] == [
         "spec.containers[0].resources.limits[example.com/gpu]",
         "spec.containers[0].resources.limits[example.com/vram]",
@@ -260,7 +260,7 @@ WRONG_TYPES = [
     ("spec", "path", "expected"), [w[1:] for w in WRONG_TYPES], ids=[w[0] for w in WRONG_TYPES]
 )
 def test_wrong_json_type_is_a_violation_naming_the_field(spec, path, expected):
-    (v,) = rules.check_pod_spec({}, spec, "", NAMES)
+    (v,) = reads.findings({}, spec, "", NAMES)
     assert v.path == path
     assert v.problem.startswith(f"has the wrong type: expected {expected}, got ")
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from webhook.core.admission import rules
+from tests.core import reads
 from webhook.core.placement import accounting, allocator, wholecards
 from webhook.core.placement import annotations as ann
 from webhook.core.specs import demand
@@ -75,14 +75,14 @@ def test_a_pod_with_whole_cards_in_one_container_and_a_share_in_another_is_refus
 
 def test_the_webhook_rules_deny_the_mixed_pod_with_the_same_words():
     spec = {"containers": [cards("train", "1")], "initContainers": [share("warm", "2")]}
-    (found,) = rules.check_pod_spec({}, spec, "spec.template", NAMES)
+    (found,) = reads.findings({}, spec, "spec.template", NAMES)
     assert found.path == "spec.template.spec.containers[0].resources.limits[nvidia.com/gpu]"
     assert found.container == "train" and 'container "warm" asks for a share' in found.problem
 
 
 def test_the_rules_report_one_container_asking_both_once_not_as_a_mixed_pod():
     spec = {"containers": [{"name": "x", "resources": {"limits": {CARD: "1", MEM: "2"}}}]}
-    found = rules.check_pod_spec({}, spec, "", NAMES)
+    found = reads.findings({}, spec, "", NAMES)
     assert [v.path for v in found] == ["spec.containers[0].resources.limits"]
 
 

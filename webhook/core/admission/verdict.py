@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from webhook.core.admission import claims, isolation, lookalikes, rules
+from webhook.core.admission import claims, isolation, lookalikes
 from webhook.core.specs import finding, gpumem, podread, specview, templates
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import patches, resources
@@ -172,7 +172,7 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
     # One read of the template (its containers walked, each GPU quantity parsed once) serves every rule.
     read = podread.read(template, policy.names, policy.memory_unit)
     view = read.view
-    violations = rules.check(read)
+    violations = read.findings()
     decision = isolation.decide_view(view, policy.isolation)
     if decision.violation is not None:
         violations.append(decision.violation)

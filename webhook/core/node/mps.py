@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.core.node import devices, gpulabels
+from webhook.core.wire import resources
 
-# Per pod: the share of each GPU's streaming multiprocessors its containers may use, 1..100.
-COMPUTE_PERCENT_ANNOTATION = "gpushare.aliyun.com/compute-percent"
+COMPUTE_PERCENT_ANNOTATION = resources.COMPUTE_PERCENT_ANNOTATION
 ENV_MEM_LIMIT = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 ENV_THREAD_PERCENTAGE = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 ENV_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
@@ -49,17 +49,12 @@ class Mount:
 
 
 def compute_percent(raw: object) -> int | None:
-    """The pod annotation's value: None when absent; a whole number 1..100, else MpsError."""
-    if raw is None:
-        return None
-    text = raw.strip() if isinstance(raw, str) else ""
-    if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= 100:
-        return int(text)
-    shown = str(raw)[:20]
-    raise MpsError(
-        f"annotation {COMPUTE_PERCENT_ANNOTATION}={shown!r} must be a whole percent of the GPU's compute "
-        'between 1 and 100, e.g. "30"'
-    )
+    """The pod annotation's value (core.wire.resources.compute_percent): None when absent; a whole number
+    1..100, else MpsError."""
+    try:
+        return resources.compute_percent(raw)
+    except ValueError as err:
+        raise MpsError(str(err)) from None
 
 
 def refusal(gpus: Sequence[devices.Gpu]) -> str | None:

@@ -1,5 +1,6 @@
 """GPU resource rules for one pod template's view: each problem becomes a `Finding` naming field,
-container and fix (core.specs.podread lists them in the pod's read; core.admission.rules adds the MPS one).
+container and fix (core.specs.podread lists them in the pod's read, the webhook and `gpushare check` deny
+by them).
 
 Findings are values, so one denial message lists every problem of an object. The checks mirror
 `validateResourceRequirements` (pkg/apis/core/validation) for GPU names, and say how to fix them.
@@ -8,7 +9,7 @@ Findings are values, so one denial message lists every problem of an object. The
 from __future__ import annotations
 
 from webhook.core.specs import demand, gpumem, podspec, specview, templates
-from webhook.core.specs.finding import Finding, wrong_type
+from webhook.core.specs.finding import Finding, showing, wrong_type
 from webhook.core.wire import quantity, resources
 
 show = gpumem.show
@@ -209,7 +210,7 @@ def check(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> list[Find
 
     `unit` is the configured gpu-mem unit, named in messages. Order: containers, then init containers
     (ephemeral containers cannot have resources), each by resource name; then the pod-level gpu-count
-    label, the mixed-pod rule and init containers' memory (core.admission.rules adds the MPS compute share).
+    label, the mixed-pod rule, init containers' memory and the MPS compute share annotation.
 
     Each rule reads the view only. A rule is entered only when the view shows it has something to judge
     (most pods: one GPU value, settled in the walk), so a fine pod costs this one call.
@@ -233,4 +234,19 @@ def check(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> list[Find
     # judged on amounts that are right otherwise: a wrong one is to be fixed first
     if not out and any(c.init and memory in c.gpu for c in view.containers):
         out += _check_init_memory(view, unit)
+    notes = view.annotations
+    if isinstance(notes, templates.OBJECT) and resources.COMPUTE_PERCENT_ANNOTATION in notes:
+        out += _check_compute_percent(view.path, notes[resources.COMPUTE_PERCENT_ANNOTATION])
     return out
+
+
+def _check_compute_percent(prefix: str, raw: object) -> list[Finding]:
+    """The MPS compute share annotation: a whole percent 1..100 (core/node/mps.py hands it out)."""
+    try:
+        resources.compute_percent(raw)
+    except ValueError:
+        name = resources.COMPUTE_PERCENT_ANNOTATION
+        at = templates.key_path(templates.join(prefix, "metadata.annotations"), name)
+        problem = "must be a whole percent of the GPU's compute between 1 and 100 (MPS nodes only)"
+        return [showing(at, None, raw, problem, 'write e.g. "30", or remove the annotation')]
+    return []

@@ -60,6 +60,24 @@ NODE_DEVICES_ANNOTATION = "gpushare.aliyun.com/devices"
 NODE_DEVICE_LIST_ANNOTATION = "gpushare.aliyun.com/device-list"
 # Per-pod placement policy for prioritize: "binpack" (default) or "spread".
 PLACEMENT_POLICY_ANNOTATION = "gpushare.aliyun.com/placement-policy"
+# Per pod, for MPS nodes: the share of each GPU's streaming multiprocessors its containers may use, 1..100.
+# Its grammar lives here, beside the name: the webhook's rules judge it where the pod is read, the device
+# plugin (core/node/mps.py) where it hands the share out.
+COMPUTE_PERCENT_ANNOTATION = "gpushare.aliyun.com/compute-percent"
+
+
+def compute_percent(raw: object) -> int | None:
+    """The compute-percent annotation's value: None when absent; a whole number 1..100, else ValueError."""
+    if raw is None:
+        return None
+    text = raw.strip() if isinstance(raw, str) else ""
+    if text.isascii() and text.isdigit() and len(text) <= 3 and 1 <= int(text) <= 100:
+        return int(text)
+    shown = str(raw)[:20]
+    raise ValueError(
+        f"annotation {COMPUTE_PERCENT_ANNOTATION}={shown!r} must be a whole percent of the GPU's compute "
+        'between 1 and 100, e.g. "30"'
+    )
 
 
 @dataclass(frozen=True, slots=True)
