@@ -1,5 +1,5 @@
-"""core.node.cardviews: a whole-card pod as the device plugin sees it, and core.node.cardmatching's pure
-choices."""
+"""core.node.podviews.card_view: a whole-card pod as the device plugin sees it, and the pure card choices
+(core.node.devices.card_gpus, core.node.matching.prefer_cards)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core.node import cardmatching, devices
-from webhook.core.node.cardviews import card_view
+from webhook.core.node import devices, matching
 from webhook.core.node.matching import Match
-from webhook.core.node.podviews import Slot
+from webhook.core.node.podviews import Slot, card_view
 from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
 
@@ -86,15 +85,15 @@ def test_a_pod_asking_no_cards_is_not_a_card_pod():
 )
 def test_card_ids_that_name_no_distinct_gpus_of_the_node_are_refused(ids, error):
     with pytest.raises(devices.DeviceError, match=error):
-        cardmatching.card_gpus(ids, GPUS)
+        devices.card_gpus(ids, GPUS)
 
 
 def test_card_ids_name_their_gpus():
-    assert cardmatching.card_gpus(["GPU-3", "GPU-1"], GPUS) == (1, 3)
+    assert devices.card_gpus(["GPU-3", "GPU-1"], GPUS) == (1, 3)
 
 
 def test_preference_falls_back_to_the_lowest_free_cards_when_no_placed_container_fits():
     view = card_view(_pod([_asks("a", CARDS, "1")], {0: {2: 16}}), 0)
     assert view is not None
-    ids, match = cardmatching.prefer(["GPU-3", "GPU-1"], [], 1, [Match(view, 0)], GPUS)
+    ids, match = matching.prefer_cards(["GPU-3", "GPU-1"], [], 1, [Match(view, 0)], GPUS)
     assert (ids, match) == (["GPU-1"], None)  # GPU 2 is not free: advise, match nothing

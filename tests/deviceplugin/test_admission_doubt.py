@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from tests.deviceplugin.conftest import ListPods, Marks
 from tests.deviceplugin.placed import card_pod, placed_pod
-from webhook.core.node import cardviews, devices, matching, mps, podviews
+from webhook.core.node import devices, matching, mps, podviews
 from webhook.core.wire import resources
 from webhook.deviceplugin import allocator, state, wholecards
 
@@ -125,7 +125,7 @@ def test_each_pods_next_container_gets_the_gpu_reserved_for_it():
 
 def test_a_whole_card_asked_again_after_a_kubelet_restart_is_answered_again():
     kubelet = KubeletList()
-    plugin, pods, _ = made(wholecards.CardAllocator, cardviews.card_view, kubelet)
+    plugin, pods, _ = made(wholecards.CardAllocator, podviews.card_view, kubelet)
     pods.set([card_pod("p", {0: {1: 16}})])
     cards = ["GPU-0", "GPU-1"]
     assert plugin.prefer(cards, [], 1) == ["GPU-1"]

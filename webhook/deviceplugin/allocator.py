@@ -198,10 +198,10 @@ class Allocator(BookAllocator):
 
     def check(self, device_ids: Sequence[str]) -> dict[int, int]:
         """The devices per GPU of one container request; AllocateError(invalid) for a malformed one."""
-        if not device_ids:
-            raise AllocateError("the container request lists no device IDs", invalid=True)
-        if len(set(device_ids)) != len(device_ids):
-            raise AllocateError("the container request lists a device ID twice", invalid=True)
+        try:
+            devices.check_distinct(device_ids)
+        except devices.DeviceError as err:
+            raise AllocateError(str(err), invalid=True) from None
         try:
             return devices.device_split(device_ids, self.state.gpus, self.state.granularity)
         except devices.DeviceError as err:

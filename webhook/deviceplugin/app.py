@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from webhook.core.node import cardviews, devicelist
+from webhook.core.node import devicelist, podviews
 from webhook.core.wire import resources
 from webhook.deviceplugin import (
     allocator,
@@ -78,7 +78,7 @@ class Plugin:
         # Whole cards: a second endpoint over the same GPUs, health, mode switch and reconciliation
         # (server.WHOLE_CARDS).
         self.card_pods = podsource.PodStore(
-            resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=cardviews.card_view
+            resources.GpuResourceNames(whole_card=settings.whole_card_resource), view=podviews.card_view
         )
         self.card_kubelet = self._pod_resources(settings.whole_card_resource)
         self.card_allocator = wholecards.CardAllocator(

@@ -33,7 +33,7 @@ class PodStore:
         names: resources.GpuResourceNames | None = None,
         view: Callable[
             [Mapping[str, Any], int, resources.GpuResourceNames], podviews.PodView | None
-        ] = podviews.pod_view,  # or core.node.cardviews.card_view: the whole-card endpoint's pods
+        ] = podviews.pod_view,  # or podviews.card_view: the whole-card endpoint's pods
     ) -> None:
         self.names = names or resources.GpuResourceNames()
         self.view = view

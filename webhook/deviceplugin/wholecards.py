@@ -1,7 +1,7 @@
 """Whole cards on a shared node: steer the kubelet's card IDs (one per GPU, the GPU's UUID) to the GPUs the
 extender placed a card pod on (GetPreferredAllocation) and answer Allocate with exactly those GPUs.
 
-Pods come from a card `PodSource` (core/node/cardviews.py views, fed by the node's pod watch), the kubelet's
+Pods come from a card `PodSource` (`core/node/podviews.card_view`, fed by the node's pod watch), the kubelet's
 own pod list from `KubeletPods` (PodResources for the card resource): with two waiting pods asking the
 same number of cards it names the one being admitted, so GPUs are never swapped. The book and what goes
 with it are the share path's (`allocator.BookAllocator`), and so is the env (`matching.container_env`).
@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from webhook.core.node import cardmatching, devicelist, devices, matching, podviews
+from webhook.core.node import devicelist, devices, matching, podviews
 from webhook.core.wire import resources
 from webhook.deviceplugin import allocator
 
@@ -44,7 +44,7 @@ class CardAllocator(allocator.BookAllocator):
         while True:
             version, pods = self.pods.snapshot()
             found = self._candidates(size, pods)
-            ids, match = cardmatching.prefer(available, must_include, size, found, self.state.gpus)
+            ids, match = matching.prefer_cards(available, must_include, size, found, self.state.gpus)
             if match is not None:
                 with self.lock:
                     self._remember(ids, match)
@@ -57,7 +57,7 @@ class CardAllocator(allocator.BookAllocator):
     def check(self, device_ids: Sequence[str]) -> tuple[int, ...]:
         """The GPUs of one container request's cards; AllocateError(invalid) for a malformed one."""
         try:
-            return cardmatching.card_gpus(device_ids, self.state.gpus)
+            return devices.card_gpus(device_ids, self.state.gpus)
         except devices.DeviceError as err:
             raise allocator.AllocateError(self._explain(len(device_ids), str(err)), invalid=True) from None
 
@@ -89,7 +89,7 @@ class CardAllocator(allocator.BookAllocator):
                 with self.lock:
                     raise matching.NoMatch(_waiting(count, pods, self.book))
             try:
-                match = cardmatching.pick(found, chosen)
+                match = matching.pick_card(found, chosen)
             except matching.Unplaceable as err:
                 with self.lock:
                     self.book.refuse(err.uid)
@@ -134,9 +134,8 @@ class CardAllocator(allocator.BookAllocator):
 
 
 def _waiting(count: int, pods: list[podviews.PodView], book: matching.AllocationBook) -> str:
-    fresh = sorted((p for p in pods if book.fresh(p)), key=lambda p: p.order)
+    fresh = book.waiting(pods)
     if not fresh:
         return "no pod on this node is waiting for whole GPUs"
-    parts = [f"{p.key} ({p.problem or f'its first container asks {p.first_units}'})" for p in fresh[:5]]
-    more = f" and {len(fresh) - 5} more" if len(fresh) > 5 else ""
-    return f"no waiting pod asks {count} for its next container; waiting: " + "; ".join(parts) + more
+    listed = matching.waiting_list(fresh, "its first container")
+    return f"no waiting pod asks {count} for its next container; waiting: {listed}"

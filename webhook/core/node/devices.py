@@ -2,7 +2,8 @@
 
 The kubelet counts `aliyun.com/gpu-mem` as fake devices (one per memory unit, `<GPU UUID>-_-<j>`), so a
 device ID names its GPU: that is how GetPreferredAllocation steers the kubelet to the extender's GPU and
-how Allocate and PodResources tell which GPU a container holds (core.node.matching). Pure: no I/O, no clock.
+how Allocate and PodResources tell which GPU a container holds (core.node.matching). Whole cards have one
+ID per GPU, its UUID (`card_gpus`). Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -181,6 +182,25 @@ def device_split(ids: Iterable[str], gpus: Sequence[Gpu], granularity: Granulari
         gpu = index(ident)
         split[gpu] = split.get(gpu, 0) + 1
     return split
+
+
+def check_distinct(ids: Sequence[str]) -> None:
+    """DeviceError for a container request (either resource) that lists no device ID, or one twice."""
+    if not ids:
+        raise DeviceError("the container request lists no device IDs")
+    if len(set(ids)) != len(ids):
+        raise DeviceError("the container request lists a device ID twice")
+
+
+def card_gpus(ids: Sequence[str], gpus: Sequence[Gpu]) -> tuple[int, ...]:
+    """The GPU indexes of whole-card device IDs (each a GPU's UUID), sorted; DeviceError for an empty
+    list, a repeated ID or an ID that names no GPU of this node."""
+    check_distinct(ids)
+    by_uuid = {g.uuid: g.index for g in gpus}
+    unknown = [i for i in ids if i not in by_uuid]
+    if unknown:
+        raise DeviceError(f"device ID {unknown[0]!r} names no GPU of this node")
+    return tuple(sorted(by_uuid[i] for i in ids))
 
 
 def device_number(ident: str) -> int:

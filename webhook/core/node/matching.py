@@ -4,7 +4,10 @@ to correct when the kubelet's PodResources say a container got another pod's GPU
 The kubelet names no pod in GetPreferredAllocation or Allocate, only device IDs (a count). Three things
 tell pods apart: the kubelet's own pod list (PodResources List: the pod it is admitting is the one whose
 GPU containers still lack devices), the GPU the device IDs lie on (GetPreferredAllocation steered them
-to the placement), and arrival order on the node. Pure: no I/O, no clock.
+to the placement), and arrival order on the node. Whole cards (one ID per GPU, its UUID) are matched
+with the same book; only the preference (`prefer_cards`) and the choice among candidates (`pick_card`)
+are theirs: a card's ID names its GPU, so the IDs the kubelet passes pick the candidate whose placement
+they are. Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -139,13 +142,15 @@ class AllocationBook:
         pods = list(pods)
         found = self.candidates(count, pods, kubelet)
         if not found:
-            raise NoMatch(_waiting_summary(sorted((p for p in pods if self.fresh(p)), key=lambda p: p.order)))
+            raise NoMatch(_waiting_summary(self.waiting(pods)))
         chosen = found[0]
         if split and chosen.pod.problem is None:
             chosen = next((m for m in found if m.pod.problem is None and dict(m.slot.gpus) == split), chosen)
-        if chosen.pod.problem is not None:
-            raise Unplaceable(chosen.pod.uid, f"pod {chosen.pod.key} {chosen.pod.problem}")
-        return chosen
+        return _placeable(chosen)
+
+    def waiting(self, pods: Iterable[PodView]) -> list[PodView]:
+        """The `fresh` pods in arrival order: what a refusal lists."""
+        return sorted((p for p in pods if self.fresh(p)), key=lambda p: p.order)
 
     def fresh(self, pod: PodView) -> bool:
         """Waiting for the kubelet and not yet touched by this plugin."""
@@ -193,15 +198,24 @@ class AllocationBook:
             self.current = None
 
 
+def _placeable(match: Match) -> Match:
+    """The match; Unplaceable when its pod cannot get GPUs."""
+    if match.pod.problem is not None:
+        raise Unplaceable(match.pod.uid, f"pod {match.pod.key} {match.pod.problem}")
+    return match
+
+
 def _waiting_summary(fresh: Sequence[PodView]) -> str:
     if not fresh:
         return "no pod on this node is waiting for GPU memory"
-    parts = []
-    for pod in fresh[:5]:
-        why = pod.problem or f"its first GPU container asks {pod.first_units}"
-        parts.append(f"{pod.key} ({why})")
+    return "pods waiting on this node: " + waiting_list(fresh, "its first GPU container")
+
+
+def waiting_list(fresh: Sequence[PodView], first: str) -> str:
+    """The first five waiting pods, each with why it is no match (its problem, or what `first` asks)."""
+    parts = [f"{p.key} ({p.problem or f'{first} asks {p.first_units}'})" for p in fresh[:5]]
     more = f" and {len(fresh) - 5} more" if len(fresh) > 5 else ""
-    return "pods waiting on this node: " + "; ".join(parts) + more
+    return "; ".join(parts) + more
 
 
 def prefer(
@@ -256,6 +270,43 @@ def prefer(
         if len(answer) == size:
             break
     return answer, None
+
+
+def prefer_cards(
+    available: Sequence[str],
+    must_include: Sequence[str],
+    size: int,
+    found: Sequence[Match],
+    gpus: Sequence[devices.Gpu],
+) -> tuple[list[str], Match | None]:
+    """GetPreferredAllocation for whole cards: the cards of the first candidate whose placed GPUs the
+    kubelet can give (must-include IDs among them), and that candidate; else the must-include IDs and
+    the lowest-index free cards. Never raises, as `prefer`."""
+    uuids = {g.index: g.uuid for g in gpus}
+    free = set(available) | set(must_include)
+    for match in found:
+        if match.pod.problem is not None:
+            break  # the likeliest pod will be refused: advise no other pod's GPUs
+        want = [uuids.get(g, "") for g in sorted(match.slot.gpus)]
+        if len(want) == size and free.issuperset(want) and set(must_include) <= set(want):
+            return want, match
+    order = {g.uuid: g.index for g in gpus}
+    rest = sorted(
+        (i for i in available if i not in must_include), key=lambda i: (order.get(i, len(order)), i)
+    )
+    return list(dict.fromkeys([*must_include, *rest]))[:size], None
+
+
+def pick_card(found: Sequence[Match], chosen: Sequence[int]) -> Match:
+    """The candidate placed on exactly the GPUs `chosen`, else the first (the kubelet did not take our
+    advice: the container still gets its placement, which the extender's ledger counts). Unplaceable when
+    that pod cannot get cards; NoMatch when there is no candidate."""
+    if not found:
+        raise NoMatch("no waiting pod asks this many whole GPUs")
+    wanted = set(chosen)
+    return _placeable(
+        next((m for m in found if m.pod.problem is None and set(m.slot.gpus) == wanted), found[0])
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,12 +1,22 @@
-"""What the device plugin knows of one pod on its node that asks for GPU memory: its containers in the
-kubelet's Allocate order (`Slot`s), each with the GPU memory its placement gives it, or why it has none.
+"""What the device plugin knows of one pod on its node that asks for GPU memory (`pod_view`) or for
+whole cards (`card_view`): its containers in the kubelet's Allocate order (`Slot`s), each with the GPUs
+its placement gives it, or why it has none.
+
+Both resources are read alike (one pod read, its `Demand`, the placement annotation, the order), so
+that is written once (`_view`); what differs is how a pod's demand is read and how the placement maps
+to its containers (the slot rules: `_share_slots`, `_card_slots`). The extender places a card like a
+share holding the GPU's whole memory (core/placement/wholecards.py), so a card container's slot is
+`{GPU index: that memory}` and its `units` is the number of cards.
+
+    card_view(pod asking 2 cards, placed {"0": {"1": 16, "3": 16}}, 0).slots
+        -> (Slot("train", False, 2, {1: 16, 3: 16}, 0),)
 
 Pure: reads pod dicts, no I/O.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +47,7 @@ class Slot:
 
 @dataclass(frozen=True, slots=True)
 class PodView:
-    """What Allocate needs to know of one pod on the node that asks for GPU memory."""
+    """What Allocate needs to know of one pod on the node that asks for GPU memory (or whole cards)."""
 
     uid: str
     namespace: str
@@ -55,40 +65,86 @@ class PodView:
         return f"{self.namespace}/{self.name}"
 
 
+# The slot rule of one resource: (pod spec, its demand, its allocation) -> its slots; PlacementError when
+# the placement does not fit.
+_SlotRule = Callable[[Mapping[str, Any], Demand, ann.Allocation], tuple[Slot, ...]]
+
+
 def pod_view(
     pod: Mapping[str, Any], arrival: int, names: resources.GpuResourceNames | None = None
 ) -> PodView | None:
     """Read a pod dict; None when it asks for no GPU memory."""
+    return _view(pod, arrival, names, _memory, _share_slots, dated_unreadable=False)
+
+
+def card_view(
+    pod: Mapping[str, Any], arrival: int, names: resources.GpuResourceNames | None = None
+) -> PodView | None:
+    """Read a pod dict; None when it asks for no whole cards."""
+    return _view(pod, arrival, names, _cards, _card_slots, dated_unreadable=True)
+
+
+def _memory(pod: Mapping[str, Any], names: resources.GpuResourceNames) -> Demand:
+    return podread.of_pod(pod, names).memory()
+
+
+def _cards(pod: Mapping[str, Any], names: resources.GpuResourceNames) -> Demand | None:
+    """The pod's whole cards; None when a spec of no object or a share pod's own problem hides them: the
+    gpu-mem endpoint reports that pod."""
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    read = podread.of_spec(spec, names)
+    try:
+        return read.cards()
+    except Finding:
+        if read.asks_cards():
+            raise
+        return None
+
+
+def _view(
+    pod: Mapping[str, Any],
+    arrival: int,
+    names: resources.GpuResourceNames | None,
+    demand: Callable[[Mapping[str, Any], resources.GpuResourceNames], Demand | None],
+    slot_rule: _SlotRule,
+    *,
+    dated_unreadable: bool,  # whether an unreadable pod's order has its creationTimestamp, as it had
+) -> PodView | None:
+    """The view of a pod of one resource: `demand` reads what it asks (None: not this resource's pod;
+    Finding: unreadable), `slot_rule` gives its containers their GPUs."""
     names = names or resources.GpuResourceNames()
     meta = pod.get("metadata") or {}
-    base = base_fields(meta, pod.get("status") or {})
+    base = _base_fields(meta, pod.get("status") or {})
     uid: str = base["uid"]
+    created = str(meta.get("creationTimestamp") or "")
     try:
-        want = podread.of_pod(pod, names).memory()
+        want = demand(pod, names)
     except Finding as err:
-        return PodView(
-            order=(arrival, 0, "", uid), first_units=0, problem=f"unreadable request: {err}", **base
-        )
-    if not want.asks():
+        order = (arrival, 0, created if dated_unreadable else "", uid)
+        return PodView(order=order, first_units=0, problem=f"unreadable request: {err}", **base)
+    if want is None or not want.asks():
         return None
-    order_units = [u for u in (*want.init_containers, *want.containers) if u > 0]
+    first = next(u for u in (*want.init_containers, *want.containers) if u > 0)
+    notes = meta.get("annotations")
     try:
-        placement = ann.decode(meta.get("annotations"))
+        placement = ann.decode(notes if isinstance(notes, Mapping) else None)
     except ann.AnnotationError as err:
-        order = (arrival, 0, str(meta.get("creationTimestamp") or ""), uid)
-        return PodView(order=order, first_units=order_units[0], problem=f"malformed placement: {err}", **base)
-    assume = placement.assume_time_ns if placement else 0
-    order = (arrival, assume, str(meta.get("creationTimestamp") or ""), uid)
+        order = (arrival, 0, created, uid)
+        return PodView(order=order, first_units=first, problem=f"malformed placement: {err}", **base)
+    order = (arrival, placement.assume_time_ns if placement else 0, created, uid)
     if placement is None:
-        return PodView(order=order, first_units=order_units[0], problem=NO_PLACEMENT, **base)
+        return PodView(order=order, first_units=first, problem=NO_PLACEMENT, **base)
+    spec = pod.get("spec")
     try:
-        slots = _slots(pod, want, placement)
+        slots = slot_rule(spec if isinstance(spec, Mapping) else {}, want, placement.allocation)
     except PlacementError as err:
-        return PodView(order=order, first_units=order_units[0], placement=placement, problem=str(err), **base)
-    return PodView(order=order, first_units=order_units[0], slots=slots, placement=placement, **base)
+        return PodView(order=order, first_units=first, placement=placement, problem=str(err), **base)
+    return PodView(order=order, first_units=first, slots=slots, placement=placement, **base)
 
 
-def base_fields(meta: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
+def _base_fields(meta: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:
     """The `PodView` fields read alike for every pod (memory or whole cards): who it is, whether it
     waits, its MPS compute share."""
     notes = meta.get("annotations")
@@ -96,12 +152,12 @@ def base_fields(meta: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str,
         "uid": str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
         "namespace": str(meta.get("namespace") or "default"),
         "name": str(meta.get("name") or ""),
-        "waiting": waiting(meta, status),
+        "waiting": _waiting(meta, status),
         "compute_percent": notes.get(mps.COMPUTE_PERCENT_ANNOTATION) if isinstance(notes, Mapping) else None,
     }
 
 
-def waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+def _waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     # The kubelet writes container statuses right after admitting a pod, so a pod that has them (or
     # runs, or ended) is past Allocate even if marking it assigned was lost.
     return (
@@ -112,41 +168,49 @@ def waiting(meta: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     )
 
 
-def _slots(pod: Mapping[str, Any], want: Demand, placement: ann.Placement) -> tuple[Slot, ...]:
-    """The kubelet's Allocate order: init containers, then app containers, those asking memory only."""
-    spec = pod.get("spec") or {}
-    alloc = placement.allocation
+def _in_order(
+    spec: Mapping[str, Any],
+    want: Demand,
+    app_gpus: Callable[[int, int], dict[int, int]],
+    init_gpus: Callable[[int, int, tuple[Slot, ...]], dict[int, int]],
+) -> tuple[Slot, ...]:
+    """The kubelet's Allocate order: init containers, then app containers, those asking only. The app
+    containers' GPUs are found first: an init container runs inside what they hold."""
+    apps = tuple(
+        Slot(_container_name(spec, "containers", i), False, n, app_gpus(i, n), i)
+        for i, n in enumerate(want.containers)
+        if n
+    )
+    inits = tuple(
+        Slot(_container_name(spec, "initContainers", i), True, n, init_gpus(i, n, apps), i)
+        for i, n in enumerate(want.init_containers)
+        if n
+    )
+    return (*inits, *apps)
+
+
+def _share_slots(spec: Mapping[str, Any], want: Demand, alloc: ann.Allocation) -> tuple[Slot, ...]:
+    """Each container gets the memory its allocation entry names; init containers share what the pod
+    holds (`_init_gpus`)."""
     per_gpu = alloc.per_gpu()
     if not per_gpu:
         raise PlacementError("malformed placement: it holds no GPU memory")
     legacy = set(alloc.containers) == {0} and sum(alloc.for_container(0).values()) == want.total
     _check_entries(spec, want, alloc, legacy)
-    slots: list[Slot] = []
-    for i, units in enumerate(want.init_containers):
-        if units:
-            slots.append(
-                Slot(
-                    container_name(spec, "initContainers", i),
-                    True,
-                    units,
-                    _init_gpus(units, per_gpu, want),
-                    i,
-                )
-            )
-    for i, units in enumerate(want.containers):
-        if not units:
-            continue
+
+    def app_gpus(i: int, units: int) -> dict[int, int]:
         gpus = dict(alloc.for_container(i))
         if sum(gpus.values()) != units and legacy:
             # The original extender's annotations put the whole pod on container 0.
             gpus = _spread(units, sorted(alloc.for_container(0)))
         if sum(gpus.values()) != units:
             raise PlacementError(
-                f"malformed placement: container {container_name(spec, 'containers', i)!r} asks {units} "
+                f"malformed placement: container {_container_name(spec, 'containers', i)!r} asks {units} "
                 f"units but the allocation annotation gives it {sum(gpus.values())}"
             )
-        slots.append(Slot(container_name(spec, "containers", i), False, units, gpus, i))
-    return tuple(slots)
+        return gpus
+
+    return _in_order(spec, want, app_gpus, lambda _i, units, _apps: _init_gpus(units, per_gpu, want))
 
 
 def _check_entries(spec: Mapping[str, Any], want: Demand, alloc: ann.Allocation, legacy: bool) -> None:
@@ -166,7 +230,7 @@ def _check_entries(spec: Mapping[str, Any], want: Demand, alloc: ann.Allocation,
         asks = index < len(want.containers) and want.containers[index] > 0
         if not asks and not (legacy and index == 0):
             what = (
-                f"container {container_name(spec, 'containers', index)!r} asks no GPU memory"
+                f"container {_container_name(spec, 'containers', index)!r} asks no GPU memory"
                 if index < len(want.containers)
                 else f"the pod has {len(want.containers)} container(s)"
             )
@@ -192,6 +256,37 @@ def _spread(units: int, gpus: Sequence[int]) -> dict[int, int]:
     return {g: units // len(gpus) for g in gpus}
 
 
-def container_name(spec: Mapping[str, Any], key: str, i: int) -> str:
+def _card_slots(spec: Mapping[str, Any], cards: Demand, alloc: ann.Allocation) -> tuple[Slot, ...]:
+    """Each container gets exactly as many GPUs as it asks cards; init containers the lowest-index cards
+    the pod holds: the kubelet lets the app containers reuse them."""
+
+    def app_gpus(i: int, count: int) -> dict[int, int]:
+        gpus = dict(alloc.for_container(i))
+        if len(gpus) != count:
+            raise PlacementError(
+                f"malformed placement: container {_container_name(spec, 'containers', i)!r} asks "
+                f"{_whole(count)} but the allocation annotation gives it {len(gpus)} GPU(s)"
+            )
+        return gpus
+
+    def init_gpus(i: int, count: int, apps: tuple[Slot, ...]) -> dict[int, int]:
+        held: dict[int, int] = {}
+        for slot in apps:
+            held.update(slot.gpus)
+        if count > len(held):
+            raise PlacementError(
+                f"malformed placement: init container {_container_name(spec, 'initContainers', i)!r} asks "
+                f"{_whole(count)} but the pod holds {len(held)}"
+            )
+        return {g: held[g] for g in sorted(held)[:count]}
+
+    return _in_order(spec, cards, app_gpus, init_gpus)
+
+
+def _whole(count: int) -> str:
+    return f"{count} whole GPU" if count == 1 else f"{count} whole GPUs"
+
+
+def _container_name(spec: Mapping[str, Any], key: str, i: int) -> str:
     items = spec.get(key) or []
     return str(items[i].get("name") or f"{key}[{i}]") if i < len(items) else f"{key}[{i}]"

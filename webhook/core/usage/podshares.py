@@ -1,7 +1,7 @@
 """What each container of a pod on the node may use of each GPU (its share, in bytes), and the IDs its
 containers run under: the owner side of GPU usage (core/usage/usage.py matches processes to it).
 
-The share is the container's placement, as Allocate answers it (core/podviews, core/cardviews: the
+The share is the container's placement, as Allocate answers it (core/node/podviews: the
 `ALIYUN_COM_GPU_MEM_CONTAINER` it was told); a whole card's share is the whole GPU. What the pod holds
 per GPU is what the extender's ledger counts (core/accounting.share_of). Pure: reads pod dicts.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.node import cardviews, podviews
+from webhook.core.node import podviews
 from webhook.core.placement import accounting
 from webhook.core.placement import annotations as ann
 from webhook.core.usage import cgroups
@@ -65,7 +65,7 @@ def pod_shares(
         for gpu, units in slot.gpus.items():
             key = (slot.container, gpu)
             shares[key] = shares.get(key, 0) + units * unit_bytes
-    cards = cardviews.card_view(pod, 0, names)
+    cards = podviews.card_view(pod, 0, names)
     for slot in cards.slots if cards is not None else ():
         for gpu, units in slot.gpus.items():
             key = (slot.container, gpu)
