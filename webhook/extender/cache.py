@@ -53,8 +53,8 @@ class Cache:
         self._lock = threading.RLock()
         self._ledgers: dict[str, accounting.Ledger] = {}
         self._nodes: set[str] = set()
-        # Each node's ack.node.gpu.schedule mode, or why its label cannot be read: whole cards on shared
-        # nodes are ours to place, on the others NVIDIA's plugin serves them.
+        # Each known node's ack.node.gpu.schedule mode, or why its label cannot be read (keys: `_nodes`):
+        # whole cards on shared nodes are ours to place, on the others NVIDIA's plugin serves them.
         self._modes: dict[str, modes.Mode | str] = {}
         # Nodes that take nothing of ours, with the reason filter gives (blocks.py; most clusters: none),
         # and each node's ack.node.gpu.placement policy; both follow label changes at the next event.
@@ -68,7 +68,7 @@ class Cache:
         # What filter judges every node by (free memory per GPU, best-fit keys), refreshed on read; with
         # the dicts above, the one state core.placement.filtering reads (by reference: no copy, no callback).
         self._summaries = Summaries(self._ledgers, self._nodes)
-        held = (self._summaries, self._placements, self._blocks.reasons, self._pods)
+        held = (self._summaries, self._placements, self._blocks.reasons, self._pods, self._modes)
         self.state = filtering.NodeState(unit, *held)
         self.pods_synced = threading.Event()
         self.nodes_synced = threading.Event()
@@ -145,10 +145,6 @@ class Cache:
     def placement(self, name: str) -> allocator.Policy | None:
         """The node's `ack.node.gpu.placement` policy; None when unset or unknown."""
         return self._placements.get(name)
-
-    def mode(self, name: str) -> modes.Mode | str | None:
-        """The node's mode; a string saying why its mode label is unreadable; None for an unknown node."""
-        return self._modes.get(name) if name in self._nodes else None
 
     # --- pods --------------------------------------------------------------------------------------
 

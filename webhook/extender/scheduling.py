@@ -1,5 +1,6 @@
 """Filter and prioritize: the pod's ask read once (core.placement.podask), then every node judged and ranked
-from it in core (core.placement.filtering: core.placement.allocator fits, core.placement.ranking compares).
+from it in core, whatever the pod asks (core.placement.filtering: core.placement.allocator fits shares,
+core.placement.wholecards whole cards, core.placement.ranking compares): one call, no branch here.
 
 Read-only on the cache but for filter's nomination, and never an API call, so both answer in microseconds
 per node; followers answer them too. Filter takes the cache lock once for all nodes, so every node is
@@ -13,13 +14,12 @@ from __future__ import annotations
 
 import time
 
-from webhook.core.placement import allocator, filtering, podask
+from webhook.core.placement import allocator, filtering, podask, summaries
 from webhook.core.specs.finding import Finding
-from webhook.extender import wholecards as whole
 from webhook.extender import wire
 from webhook.extender.cache import NOT_SYNCED, Cache
 
-UNKNOWN_NODE = filtering.UNKNOWN_NODE
+UNKNOWN_NODE = summaries.UNKNOWN_NODE
 
 
 def filter_nodes(
@@ -39,12 +39,9 @@ def filter_nodes(
         ask = podask.read(args.pod, cache.state.pods, cache.names, cache.unit)
     except Finding as err:
         return wire.filter_result(args, [], unresolvable=dict.fromkeys(args.node_names, str(err)))
-    if ask.asks_cards:
-        return whole.filter_nodes(cache, args, ask.cards)
-    if not ask.need:
-        return wire.filter_result(args, list(args.node_names))
     with cache.locked():
-        cache.drop_nomination(ask.key)  # asked again: its earlier nomination is not where it is
+        # Asked again: its earlier nomination is not where it is (pods of cards or of nothing get none).
+        cache.drop_nomination(ask.key)
         choice = filtering.choose(ask, cache.state, args.node_names, default_policy, best_fit)
         if choice.nominee is not None:
             # Best fit left one node: kube-scheduler will bind the pod there. Counted now (Cache.nominate),
@@ -60,10 +57,6 @@ def prioritize(cache: Cache, args: wire.ExtenderArgs, default_policy: allocator.
     try:
         ask = podask.read(args.pod, cache.state.pods, cache.names, cache.unit)
     except Finding:
-        return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
-    if ask.asks_cards:
-        # Every empty GPU is alike to a whole card: the extender has no preference among the nodes
-        # that passed, and leaves the ranking to kube-scheduler's own scores.
         return dict.fromkeys(args.node_names, allocator.MIN_SCORE)
     with cache.locked():
         return filtering.scores(ask, cache.state, args.node_names, default_policy)

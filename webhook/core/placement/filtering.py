@@ -1,6 +1,10 @@
-"""Filter and prioritize for a gpu-mem pod, from its ask (core.placement.podask, read once per call) and the
-extender cache's node state: which nodes it fits, the best of them per policy (core.placement.ranking), where
-best fit nominates it, and prioritize's scores by the same keys, so filter, prioritize and bind agree.
+"""Filter and prioritize, from the pod's ask (core.placement.podask, read once per call) and the extender
+cache's node state: which nodes it fits, the best of them per policy (core.placement.ranking), where best
+fit nominates it, and prioritize's scores by the same keys, so filter, prioritize and bind agree.
+
+`choose` takes one step per kind of pod, so the extender calls it once whatever the pod asks: whole cards
+by core.placement.wholecards' rules, a pod asking nothing of ours passes every node, and a gpu-mem pod is
+kept off the nodes whose mode takes no shares, then fitted.
 
 The extender hands in its own dicts (`NodeState`, under its lock) and gets plain values back: nothing here
 calls into the extender, and no node re-reads the pod. With thousands of nodes per call the common pod (one
@@ -12,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from webhook.core.placement import accounting, allocator, modes, ranking
+from webhook.core.placement import accounting, allocator, modes, ranking, wholecards
 from webhook.core.placement.allocator import Policy
 from webhook.core.placement.annotations import Allocation
 from webhook.core.placement.podask import PodAsk, Remembered
-from webhook.core.placement.summaries import Summaries
+from webhook.core.placement.summaries import UNKNOWN_NODE, Summaries
+from webhook.core.specs.demand import Demand
 
-UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
 PASS, FAIL, UNRESOLVABLE = "pass", "fail", "unresolvable"
 
 
@@ -32,6 +36,8 @@ class NodeState:
     placements: Mapping[str, Policy]  # each node's ack.node.gpu.placement policy, where it names one
     blocked: Mapping[str, str]  # nodes that take no share of ours, with the reason (extender's blocks)
     pods: Mapping[str, Remembered]  # the watch's records by pod key: they lend the pod's demand
+    # Each known node's mode, or why its mode label is unreadable: who serves its whole cards
+    node_modes: Mapping[str, modes.Mode | str]
 
     def ledger(self, name: str) -> accounting.Ledger | None:
         """The node's ledger; None when the watch does not show the node now."""
@@ -53,12 +59,48 @@ def choose(
 ) -> Choice:
     """The nodes of `names` (kube-scheduler's order) the pod fits; with `best_fit` only the best of each
     policy, so kube-scheduler's own scores, which know nothing of GPUs, keep the GPU-level choice."""
+    if ask.asks_cards:
+        return _whole_cards(ask.cards, state, names)
+    if not ask.need:  # nothing of ours to place: every node, known or not, is kube-scheduler's to judge
+        return Choice(passed=list(names))
     out = Choice()
-    need, whole_only = ask.need, ask.whole_only
+    names = _unblocked(state, names, out)
+    _fit_memory(ask, state, names, default=default, best_fit=best_fit, out=out)
+    if best_fit and len(out.passed) == 1:
+        out.nominee = _nominee(ask, state, out.passed[0], default)
+    return out
+
+
+def _whole_cards(cards: Demand, state: NodeState, names: Sequence[str]) -> Choice:
+    """A pod of whole cards, node by node (core.placement.wholecards.judge). Never nominated: every empty
+    GPU is alike to a card, so there is no best node to count it on before bind."""
+    out = Choice()
+    for name in names:
+        refused = wholecards.judge(cards, state, name)
+        if refused is None:
+            out.passed.append(name)
+        else:
+            reason, final = refused
+            (out.unresolvable if final else out.failed)[name] = reason
+    return out
+
+
+def _unblocked(state: NodeState, names: Sequence[str], out: Choice) -> Sequence[str]:
+    """`names` less the nodes whose mode takes no shares, which go to `out` as unresolvable: preemption
+    cannot help there."""
     blocked = state.blocked
-    if blocked:  # nodes whose mode takes no shares: preemption cannot help there
-        out.unresolvable = {name: blocked[name] for name in names if name in blocked}
-        names = [name for name in names if name not in blocked]
+    if not blocked:  # most clusters
+        return names
+    out.unresolvable = {name: blocked[name] for name in names if name in blocked}
+    return [name for name in names if name not in blocked]
+
+
+def _fit_memory(
+    ask: PodAsk, state: NodeState, names: Sequence[str], *, default: Policy, best_fit: bool, out: Choice
+) -> None:
+    """The gpu-mem pod's fit on each of `names`, into `out`: the quick test from the summaries' numbers
+    first, the rest node by node."""
+    need, whole_only = ask.need, ask.whole_only
     summaries = state.summaries
     largest = summaries.largest_free()
     # Every node ranks by one policy when the pod names it or no node's label does.
@@ -81,9 +123,6 @@ def choose(
         rest = list(names)
     if rest:  # most calls: the quick test settled every node
         _judge_rest(ask, state, rest, largest=largest, default=default, best_fit=best_fit, out=out)
-    if best_fit and len(out.passed) == 1:
-        out.nominee = _nominee(ask, state, out.passed[0], default)
-    return out
 
 
 def _judge_rest(
@@ -172,6 +211,10 @@ def _nominee(ask: PodAsk, state: NodeState, name: str, default: Policy) -> tuple
 def scores(ask: PodAsk, state: NodeState, names: Sequence[str], default: Policy) -> dict[str, int]:
     """Prioritize: 0..10 per node from the same keys filter ranks by (core.placement.ranking.scores: the best
     node of each policy 10); 0 for nodes where the pod does not fit or that are not known."""
+    if ask.asks_cards:
+        # Every empty GPU is alike to a whole card: no preference among the nodes that passed, the
+        # ranking is kube-scheduler's own.
+        return dict.fromkeys(names, allocator.MIN_SCORE)
     ranked: dict[str, tuple[Policy, ranking.Rank]] = {}
     for name in names:
         ledger = state.ledger(name)

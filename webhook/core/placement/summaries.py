@@ -16,6 +16,9 @@ from collections.abc import Container, Mapping
 from webhook.core.placement import accounting, ranking, spreading
 from webhook.core.placement.allocator import Policy
 
+# Why filter and bind place nothing on a node the summaries do not hold (the cache does not know it).
+UNKNOWN_NODE = "node is not known to the gpushare extender yet (its watch has not shown it)"
+
 # Pod sizes (with a policy) whose keys are kept: each changed node costs one quick_rank per kept size, and
 # a size asked after it fell out costs one quick_rank per node, once.
 KEPT_SIZES = 16

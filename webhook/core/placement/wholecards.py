@@ -1,5 +1,12 @@
-"""Whole GPUs beside shares: where a pod's whole cards (`nvidia.com/gpu` by default) go on a node our
-device plugin serves.
+"""Whole GPUs beside shares: which nodes take a pod's whole cards (`nvidia.com/gpu` by default), and where
+they go on a node our device plugin serves.
+
+On nodes whose mode shares GPUs (our plugin serves the cards there) the pod needs that many healthy GPUs
+holding nothing; on `default` and `topology` nodes NVIDIA's plugin serves the cards and kube-scheduler's own
+resource fit has counted them, so those nodes pass untouched, unless gpu-mem shares placed while the node
+shared GPUs still run there: NVIDIA's plugin, which knows nothing of them, could hand out their GPU whole.
+Filter (`judge`, a step of core.placement.filtering) and bind (`ours`, `refusal`) read these rules from the
+extender's node state, so both refuse a node for the same reason.
 
 A whole card is placed with the same annotations as a share, holding the card's whole memory on each chosen
 GPU. So the ledger (core.placement.accounting), `gpushare inspect`, the original tools and the invariant
@@ -11,12 +18,67 @@ asks of cards is read with its memory (core.specs.demand: one `Demand` for both)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
-from webhook.core.placement.accounting import Gpu
+from webhook.core.placement import modes
+from webhook.core.placement.accounting import Gpu, Ledger
 from webhook.core.placement.allocator import Fit, NoFit
 from webhook.core.placement.annotations import Allocation
+from webhook.core.placement.summaries import UNKNOWN_NODE
 from webhook.core.specs.demand import Demand
+
+SHARES_LEFT = (
+    "gpu-mem shares placed while the node shared GPUs still run on it, and NVIDIA's plugin, which serves "
+    "whole GPUs here, could hand out their GPU: whole GPUs wait until they end"
+)
+
+
+class Nodes(Protocol):
+    """What the rules read of the extender's node state (core.placement.filtering.NodeState is one)."""
+
+    @property
+    def node_modes(self) -> Mapping[str, modes.Mode | str]: ...
+    @property
+    def blocked(self) -> Mapping[str, str]: ...
+    def ledger(self, name: str) -> Ledger | None: ...
+
+
+def ours(nodes: Nodes, node: str) -> modes.Mode | str | None:
+    """The node's mode when our plugin serves its whole cards (a shared mode); None when NVIDIA's
+    does; a string when the node is unknown or its mode label unreadable (then nothing serves cards)."""
+    mode = nodes.node_modes.get(node)
+    if mode is None:
+        return UNKNOWN_NODE
+    if isinstance(mode, modes.Mode):  # first: a Mode is a str too
+        return mode if mode.shares else None
+    return mode
+
+
+def refusal(nodes: Nodes, node: str, mode: modes.Mode | str | None) -> str | None:
+    """Why no whole card may go to `node` now (`mode`: `ours`), bind as filter; None when one may.
+    Read under the extender's lock."""
+    if mode is None:  # NVIDIA's plugin chooses the GPU: none may hold a share of ours
+        ledger = nodes.ledger(node)
+        return SHARES_LEFT if ledger is not None and any(g.used for g in ledger.gpus()) else None
+    return nodes.blocked.get(node)  # ours: not while NVIDIA's plugin's own card pods still run
+
+
+def judge(cards: Demand, nodes: Nodes, node: str) -> tuple[str, bool] | None:
+    """Filter's verdict on one node for a pod asking `cards`: None when it passes, else (why, whether
+    evicting pods cannot help: kube-scheduler preempts only where it can)."""
+    mode = ours(nodes, node)
+    if mode is not None and not isinstance(mode, modes.Mode):
+        return mode, mode != UNKNOWN_NODE  # an unknown node may yet show up; a bad label stays bad
+    refused = refusal(nodes, node, mode)
+    if refused is not None:
+        return refused, False  # until those pods end
+    if mode is None:
+        return None
+    ledger = nodes.ledger(node)
+    gpus = ledger.gpus() if ledger is not None else ()
+    result = fit(cards, gpus)
+    return None if not isinstance(result, NoFit) else (result.reason, unresolvable(gpus, cards))
 
 
 def fit(cards: Demand, gpus: Sequence[Gpu]) -> Fit | NoFit:

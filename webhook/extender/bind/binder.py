@@ -24,7 +24,6 @@ from webhook.core.placement import annotations as ann
 from webhook.core.wire import resources
 from webhook.extender import cache as cache_mod
 from webhook.extender import records
-from webhook.extender import wholecards as whole
 from webhook.extender.bind import calls as bindcalls
 from webhook.extender.bind.calls import BindingApi, CreateBinding, GetPod, Pause, Steps
 from webhook.extender.bind.turns import Turns
@@ -163,9 +162,9 @@ class Binder:
         """Whole cards: reserved and annotated like a share on a node our plugin serves; on a node where
         NVIDIA's plugin serves them, a plain Binding (nothing of ours to count or to tell the plugin)."""
         with self.cache.locked():
-            mode = whole.ours(self.cache, args.node)
+            mode = wholecards.ours(self.cache.state, args.node)
             known = mode is None or isinstance(mode, modes.Mode)  # a Mode is a str too: tested first
-            refused = whole.refusal(self.cache, args.node, mode) if known else None
+            refused = wholecards.refusal(self.cache.state, args.node, mode) if known else None
         if refused is not None:  # the node's mode or pods changed since filter
             return f"node {args.node}: {refused}"
         if mode is None:
@@ -233,7 +232,7 @@ class Binder:
             return f"pod {args.key} is bound to node {record.node} and is being deleted"
         if record.node:
             # Whole cards on a node NVIDIA's plugin serves carry no placement of ours.
-            plain = record.cards.asks() and whole.ours(self.cache, record.node) is None
+            plain = record.cards.asks() and wholecards.ours(self.cache.state, record.node) is None
             return _bound_answer(args, record.node, record.share is not None or bool(record.problem) or plain)
         return None
 
