@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core.specs import demand, gpumem
+from webhook.core.specs import demand, finding, gpumem
 from webhook.core.wire import quantity
 
 MEM = "aliyun.com/gpu-mem"
 
 
-def problem(raw: object, unit: str = "GiB") -> gpumem.Problem | None:
+def problem(raw: object, unit: str = "GiB") -> finding.Problem | None:
     return gpumem.memory_problem(raw, gpumem.parse(raw), MEM, unit)
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.core import reads
-from webhook.core.specs import gpumem
+from webhook.core.specs import finding
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
@@ -312,4 +312,4 @@ def test_violation_without_container_or_value_omits_them():
     ids=["string", "int", "float", "null", "bool", "object", "long"],
 )
 def test_show_writes_values_as_the_user_wrote_them(value, shown):
-    assert gpumem.show(value) == shown
+    assert finding.show(value) == shown

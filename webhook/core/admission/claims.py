@@ -128,7 +128,7 @@ class _Found(NamedTuple):
         self.violations.append(finding.wrong_type(path, None, value, expected))
 
     def add(self, path: str, value: object, problem: str, fix: str) -> None:
-        shown = None if value is None else gpumem.show(value)
+        shown = None if value is None else finding.show(value)
         self.violations.append(Finding(path, None, shown, problem, fix))
 
     def done(self) -> Found:
@@ -155,7 +155,7 @@ def _check_request(
             found.add(
                 templates.key_path(capacity_path, key),
                 None,
-                f"the GPUs of class {cls} publish no capacity {gpumem.show(key)}, only {CAPACITY}, "
+                f"the GPUs of class {cls} publish no capacity {finding.show(key)}, only {CAPACITY}, "
                 "so no GPU would fit the claim",
                 f"remove it (they publish {CAPACITY} only)",
             )
@@ -260,7 +260,7 @@ def _check_memory(raw: object, path: str, name: str, policy: ClaimPolicy, found:
     if steps * policy.step != amount:
         rounded = size(int(steps) * policy.step)
         found.warnings.append(
-            f"request {name}: memory {gpumem.show(raw)} is rounded up to {rounded} "
+            f"request {name}: memory {finding.show(raw)} is rounded up to {rounded} "
             f"(steps of {size(policy.step)}); ask {rounded}"
         )
     granted = int(steps) * policy.step // MIB  # what the driver gives the claim

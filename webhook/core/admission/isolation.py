@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.specs import finding, gpumem, podspec, specview, templates
+from webhook.core.specs import finding, podspec, specview, templates
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
@@ -234,7 +234,7 @@ def _annotation(view: specview.SpecView, key: str) -> str | None:
             Finding(
                 path,
                 None,
-                gpumem.show(raw),
+                finding.show(raw),
                 'is not an allowed value; allowed: "true" (isolation off) or "false" (GPU memory isolated)',
                 f'set annotation {key} to "true" or "false", or remove it',
             )
@@ -278,7 +278,7 @@ def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecisi
 
     if selector is not None and key in selector:
         current = selector[key]
-        shown = templates.printable(gpumem.show(current), 20)
+        shown = templates.printable(finding.show(current), 20)
         if current not in _BOOLS:
             warnings.append(f"nodeSelector {key}={shown} matches no gpushare node pool (use true or false)")
         elif signal is not None and signal != current:

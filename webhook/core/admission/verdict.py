@@ -142,7 +142,7 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
     if current in (None, "", _DEFAULT_SCHEDULER):
         return policy.scheduler_name, []
     if current != policy.scheduler_name:
-        shown = gpumem.show(current)
+        shown = finding.show(current)
         return None, [
             f"schedulerName {shown} is kept; gpu-mem pods need {policy.scheduler_name} to be placed"
         ]

@@ -61,7 +61,7 @@ _error = finding.at
 def _wrong_type(path: str, container: str | None, value: object, expected: str) -> Finding:
     # As finding.wrong_type, but a null is not shown: the extender has always said it so.
     shown = None if isinstance(value, Mapping | list) else value
-    return _error(path, container, shown, gpumem.wrong_type(value, expected))
+    return _error(path, container, shown, finding.type_problem(value, expected))
 
 
 def container_units(
@@ -155,21 +155,21 @@ def gpu_count(labels: Mapping[str, Any] | None, key: str = resources.GPU_COUNT_L
 
 def count_label_problem(
     labels: Mapping[str, Any], names: resources.GpuResourceNames, total: int | None, unit: str
-) -> gpumem.Problem | None:
+) -> finding.Problem | None:
     """What is wrong with the pod's gpu-count label, in words (the rules and the extender say the same);
     None when it is fine. `total` is the pod's gpu-mem units; None skips the split check."""
     try:
         count = gpu_count(labels, names.count)
     except Finding as err:
         fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
-        return gpumem.Problem(templates.printable(str(err), 200), fix)
+        return finding.Problem(templates.printable(str(err), 200), fix)
     if total is None:
         return None
     try:
         check_split(total, count, names.count, unit)
     except Finding as err:
         fix = f"make the pod's total {names.memory} a multiple of {count} {unit}, or change the label"
-        return gpumem.Problem(str(err), fix)
+        return finding.Problem(str(err), fix)
     return None
 
 
@@ -181,7 +181,7 @@ def init_problem(
     unit: str,
     *,
     sidecar: bool = False,
-) -> gpumem.Problem | None:
+) -> finding.Problem | None:
     """What is wrong with an init container asking `init_units` of gpu-mem beside app containers asking
     `app_total` over `count` GPUs; None when it is fine (the rules and the extender say the same).
 
@@ -192,7 +192,7 @@ def init_problem(
     if init_units <= 0:
         return None
     if sidecar:  # restartPolicy: Always runs beside the app containers, outside what they hold
-        return gpumem.Problem(
+        return finding.Problem(
             f"a sidecar (an init container with restartPolicy: Always) asks {names.memory}: it runs beside "
             "the app containers for the pod's whole life, and gpushare reserves only theirs",
             f"ask for {names.memory} in an app container (spec.containers) instead",
@@ -204,7 +204,7 @@ def init_problem(
     plural = gpumem.unit_plural(unit)
     where = "" if count <= 1 or split else " on one GPU"
     fix = f"give the app containers at least {init_units} {unit} of {names.memory} in all"
-    return gpumem.Problem(
+    return finding.Problem(
         f"an init container asks {init_units} {plural} of {names.memory}, more than the pod's app "
         f"containers hold{where} ({room}): init containers run inside the app containers' GPU memory",
         f"{fix}, or this init container at most {room}" if room else f"{fix} (the GPU it shares with them)",
@@ -243,7 +243,7 @@ def template_of(pod: Mapping[str, Any]) -> templates.PodTemplate:
         value = pod.get(key)
         if value is not None and not isinstance(value, Mapping):
             # As templates.scan reports it for the webhook: no value shown.
-            raise _error(key, None, None, gpumem.wrong_type(value, "an object"))
+            raise _error(key, None, None, finding.type_problem(value, "an object"))
         parts.append(value or {})
     spec, metadata = parts
     return templates.PodTemplate("", metadata, spec)
@@ -331,11 +331,11 @@ def container_cards(body: Mapping[str, Any], name: str, path: str = "") -> int:
     at = f"{templates.join(path, 'resources')}.{section}[{templates.printable(name, 60)}]"
     parsed = gpumem.parse(raw)
     if isinstance(parsed, str):
-        problem = gpumem.Problem(f"is not a valid quantity: {parsed}", 'write a whole number such as "1"')
+        problem = finding.Problem(f"is not a valid quantity: {parsed}", 'write a whole number such as "1"')
     elif parsed.is_negative():
-        problem = gpumem.Problem(f"{name} cannot be negative", 'use 0 or more, e.g. "1"')
+        problem = finding.Problem(f"{name} cannot be negative", 'use 0 or more, e.g. "1"')
     elif not parsed.is_integer():
-        problem = gpumem.Problem(
+        problem = finding.Problem(
             f"only whole GPUs are possible with {name}", 'write a whole number such as "1"'
         )
     else:

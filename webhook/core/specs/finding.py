@@ -13,8 +13,18 @@ part words the same mistake the same way.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
-from webhook.core.specs import gpumem
+from webhook.core.specs import templates
+
+_VALUE_LIMIT = 60
+# Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
+MAX_INT_BITS = 3000
+
+
+class Problem(NamedTuple):
+    problem: str  # what is wrong, in words a data scientist understands
+    fix: str  # what to write instead
 
 
 class Finding(ValueError):
@@ -56,7 +66,7 @@ class Finding(ValueError):
     def __str__(self) -> str:
         if self.said is not None:
             return self.said
-        return gpumem.describe(self.path, self.container, self.value, self.problem, self.fix)
+        return describe(self.path, self.container, self.value, self.problem, self.fix)
 
     def __repr__(self) -> str:
         return f"Finding({self.path!r}, {self.container!r}, {self.value!r}, {self.problem!r}, {self.fix!r})"
@@ -68,19 +78,53 @@ class Finding(ValueError):
         return hash(self._key())
 
 
-def at(path: str, container: str | None, value: object, found: gpumem.Problem) -> Finding:
+def at(path: str, container: str | None, value: object, found: Problem) -> Finding:
     """The finding of `found` at `path`, the value shown as written (None: no value shown)."""
-    return Finding(path, container, None if value is None else gpumem.show(value), found.problem, found.fix)
+    return Finding(path, container, None if value is None else show(value), found.problem, found.fix)
 
 
 def wrong_type(path: str, container: str | None, value: object, expected: str) -> Finding:
     """A field whose JSON type is wrong (the API server would not decode it): a scalar is shown, an
     object or list is not."""
-    found = gpumem.wrong_type(value, expected)
-    shown = None if isinstance(value, Mapping | list) else gpumem.show(value)
+    found = type_problem(value, expected)
+    shown = None if isinstance(value, Mapping | list) else show(value)
     return Finding(path, container, shown, found.problem, found.fix)
 
 
 def showing(path: str, container: str | None, value: object, problem: str, fix: str) -> Finding:
     """The finding with `value` shown as written, whatever it is (a null as "null")."""
-    return Finding(path, container, gpumem.show(value), problem, fix)
+    return Finding(path, container, show(value), problem, fix)
+
+
+def describe(path: str, container: str | None, value: str | None, problem: str, fix: str) -> str:
+    """A finding on one line: `path (container "c"): "value": problem; fix: fix` (a Finding's text)."""
+    where = path or "(object)"
+    if container is not None:
+        where += f' (container "{container}")'
+    shown = "" if value is None else f' "{value}":'
+    return templates.printable(f"{where}:{shown} {problem}; fix: {fix}")
+
+
+def type_problem(value: object, expected: str) -> Problem:
+    """A field whose JSON type is wrong (the API server would not decode it)."""
+    return Problem(
+        f"has the wrong type: expected {expected}, got {templates.json_type(value)}",
+        f"write this field as {expected}",
+    )
+
+
+def show(value: object) -> str:
+    """A value as the user wrote it, on one line and short: strings as they are, scalars as JSON."""
+    if isinstance(value, str):
+        text = value
+    elif value is None:
+        text = "null"
+    elif isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, int):
+        text = str(value) if value.bit_length() <= MAX_INT_BITS else "<a very large number>"
+    elif isinstance(value, float):
+        text = repr(value)
+    else:
+        text = f"<{templates.json_type(value)}>"
+    return templates.printable(text, _VALUE_LIMIT)

@@ -1,16 +1,17 @@
-"""How a container may ask for GPU memory, in words: the problems and fixes the rules and the demand share.
+"""GPU memory as a container asks for it: its values read once, and the problems and fixes the rules and the
+demand share, in words, with the configured memory unit in them.
 
-The webhook and `gpushare check` (through rules.py) and the extender (through demand.py) report the same
-text for the same mistake; this module holds that text once, with the configured memory unit in it.
+The webhook and `gpushare check` (through resourcerules.py) and the extender (through demand.py) report the
+same text for the same mistake; this module holds that text once. How a finding is worded around it (the
+field, the value shown) is core.specs.finding's.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from typing import NamedTuple
 
-from webhook.core.specs import templates
+from webhook.core.specs.finding import MAX_INT_BITS, Problem
 from webhook.core.wire import quantity
 from webhook.core.wire.units import unit_mib
 
@@ -25,27 +26,10 @@ _MOST_MIB = 16 << 20
 # A number followed by a byte-like suffix: "3Gi", "3G", "3072Mi", "1.5Ti". "E" alone is exa, "3E3" is not.
 _BYTE_SUFFIX = re.compile(r"^[+-]?[0-9.]+(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)$")
 _SHOWN_DIGITS = 20
-_VALUE_LIMIT = 60
-# Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
-_MAX_INT_BITS = 3000
 # Spellings this long or shorter are remembered once read (as quantity.parse does).
 CACHED_LENGTH = 32
 # What a quantity may arrive as; a tuple, as `str | int | ...` in isinstance builds a union per call.
 _JSON_SCALARS = (str, int, float, type(None))
-
-
-class Problem(NamedTuple):
-    problem: str  # what is wrong, in words a data scientist understands
-    fix: str  # what to write instead
-
-
-def describe(path: str, container: str | None, value: str | None, problem: str, fix: str) -> str:
-    """A finding on one line: `path (container "c"): "value": problem; fix: fix` (a Finding's text)."""
-    where = path or "(object)"
-    if container is not None:
-        where += f' (container "{container}")'
-    shown = "" if value is None else f' "{value}":'
-    return templates.printable(f"{where}:{shown} {problem}; fix: {fix}")
 
 
 def unit_plural(unit: str) -> str:
@@ -96,36 +80,11 @@ def negative(name: str, unit: str) -> Problem:
     return Problem(f"{name} cannot be negative", f"write 0 or more, e.g. 4; the unit is {unit_one(unit)}")
 
 
-def wrong_type(value: object, expected: str) -> Problem:
-    """A field whose JSON type is wrong (the API server would not decode it)."""
-    return Problem(
-        f"has the wrong type: expected {expected}, got {templates.json_type(value)}",
-        f"write this field as {expected}",
-    )
-
-
-def show(value: object) -> str:
-    """A value as the user wrote it, on one line and short: strings as they are, scalars as JSON."""
-    if isinstance(value, str):
-        text = value
-    elif value is None:
-        text = "null"
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif isinstance(value, int):
-        text = str(value) if value.bit_length() <= _MAX_INT_BITS else "<a very large number>"
-    elif isinstance(value, float):
-        text = repr(value)
-    else:
-        text = f"<{templates.json_type(value)}>"
-    return templates.printable(text, _VALUE_LIMIT)
-
-
 def parse(raw: object) -> quantity.Quantity | str:
     """The quantity, or apimachinery's reason for refusing it; never raises, whatever JSON `raw` is."""
     if type(raw) is str and len(raw) <= CACHED_LENGTH:
         return _parse_text(raw)  # most values: "1", "4", "16", read once per spelling
-    if isinstance(raw, int) and raw.bit_length() > _MAX_INT_BITS:
+    if isinstance(raw, int) and raw.bit_length() > MAX_INT_BITS:
         return quantity.TOO_LARGE_ERROR
     if not isinstance(raw, _JSON_SCALARS):
         # from_json would repr() the value, which fails for lists holding huge ints.

@@ -9,10 +9,8 @@ Findings are values, so one denial message lists every problem of an object. The
 from __future__ import annotations
 
 from webhook.core.specs import demand, gpumem, podspec, specview, templates
-from webhook.core.specs.finding import Finding, showing, wrong_type
+from webhook.core.specs.finding import Finding, show, showing, wrong_type
 from webhook.core.wire import quantity, resources
-
-show = gpumem.show
 
 
 def _value_problem(
