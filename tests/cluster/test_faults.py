@@ -11,7 +11,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from tests.cluster.workloads import Workloads, our_pods, rolled_out, wait
+from tests.cluster.workloads import Workloads, our_pods, rolled_out, unreached, wait
 from tests.e2e import objects, placement, podresources
 from webhook.core.wire import resources
 from webhook.devcluster import objects as devobjects
@@ -21,10 +21,6 @@ from webhook.kube import rest
 Obj = dict[str, Any]
 GPU_MEM = resources.GPU_MEMORY
 NODE = "gpu-node"
-# What the API server says when no webhook endpoint answers, whichever way the connection failed (refused
-# by a stopping pod; rejected by kube-proxy for a Service without endpoints: no route to host, network
-# unreachable): it never reached a server of ours, so no answer of ours (a 500) is among them.
-UNREACHABLE = ("dial tcp", "no endpoints available")
 
 
 def test_with_the_webhook_pods_deleted_gpu_pods_fail_closed_until_a_new_one_is_ready(work: Workloads) -> None:
@@ -53,7 +49,7 @@ def test_with_the_webhook_pods_deleted_gpu_pods_fail_closed_until_a_new_one_is_r
             outcomes.append(("admitted", ""))
         else:
             assert 'failed calling webhook "pods.mutate.gpushare.aliyun.com"' in gpu, gpu
-            assert any(reason in gpu for reason in UNREACHABLE), gpu
+            assert unreached(gpu), gpu  # it never reached a server of ours: no answer of ours among them
             outcomes.append(("refused", gpu))
         if ready:
             break

@@ -98,6 +98,22 @@ def post_mortem(report: pytest.TestReport, found: Cluster) -> None:
     report.sections.append(("cluster", "\n".join(sections)))
 
 
+# How the API server words a call to a webhook of ours that reached no server of ours: it failed while
+# dialing (refused by a stopping pod, no route to a lost node), the Service had no endpoints, or a kept-alive
+# connection's server vanished and only the call's timeout ended it. An answer of ours (a 500, a denial)
+# carries none of these: GPU pods fail closed, never on a word of ours.
+OUR_WEBHOOKS = (
+    'failed calling webhook "pods.mutate.gpushare.aliyun.com"',
+    'failed calling webhook "pods.validate.gpushare.aliyun.com"',
+)
+UNREACHABLE = ("dial tcp", "no endpoints available", "context deadline exceeded")
+
+
+def unreached(error: str) -> bool:
+    """Whether the API server refused because it could not reach our webhook, not on an answer of ours."""
+    return any(hook in error for hook in OUR_WEBHOOKS) and any(reason in error for reason in UNREACHABLE)
+
+
 def wait(what: str, check: Callable[[], T | None], timeout: float = 120, every: float = 0.5) -> T:
     """`check()` once it returns something other than None or False; TimeoutError naming `what`."""
     deadline = time.monotonic() + timeout
