@@ -36,6 +36,9 @@ class Faults:
     error: float = 0.04  # Bindings answered 500 without reaching the API
     lost_reply: float = 0.04  # Bindings that land but answer 500
     get_error: float = 0.1  # GETs answered 500
+    # Each fault with a share above 0 comes once first (each Binding fault, then the GET one), then the draws
+    # decide: a short run meets every kind whatever the threads' order does to the draws.
+    each_first: bool = False
 
     @classmethod
     def none(cls) -> Faults:
@@ -50,14 +53,28 @@ class Injector:
         self.injected: collections.Counter[str] = collections.Counter()
         self.sent = 0  # Bindings that reached the API
         self._rng = random.Random(seed)
+        f = faults
+        # What a fault drawn at this value gives (`refused`, `lost_reply`, `get_refused` compare with these).
+        at = {CONFLICT: 0.0, ERROR: f.conflict, LOST_REPLY: f.conflict + f.error, GET_ERROR: 0.0}
+        shares = {CONFLICT: f.conflict, ERROR: f.error, LOST_REPLY: f.lost_reply, GET_ERROR: f.get_error}
+        owed = [kind for kind, share in shares.items() if share > 0] if f.each_first else []
+        self._owed_bindings = [at[kind] for kind in owed if kind != GET_ERROR]
+        self._owed_gets = [at[kind] for kind in owed if kind == GET_ERROR]
         self._lock = threading.Lock()
         self._dead = False
         self._in_flight = 0
         self._idle = threading.Condition(self._lock)
 
-    def draw(self) -> tuple[float, float, float]:
+    def draw(self, get: bool = False) -> tuple[float, float, float]:
+        """(fault, slow, delay) for one Binding (or, with `get`, one GET): a fault still owed once first."""
         with self._lock:
-            return self._rng.random(), self._rng.random(), self._rng.uniform(0, self.faults.latency_s)
+            fault, slow, delay = (
+                self._rng.random(),
+                self._rng.random(),
+                self._rng.uniform(0, self.faults.latency_s),
+            )
+            owed = self._owed_gets if get else self._owed_bindings
+            return (owed.pop(0) if owed else fault), slow, delay
 
     def count(self, what: str) -> None:
         with self._lock:
@@ -149,7 +166,7 @@ class FaultyBindingApi:
 
     def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         inj = self.injector
-        fault, slow, delay = inj.draw()
+        fault, slow, delay = inj.draw(get=True)
         if slow < inj.faults.slow:
             time.sleep(delay)  # not counted: `slow` counts delayed Bindings
         refused = inj.get_refused(name, fault)
@@ -195,7 +212,7 @@ class FaultyAsyncBindingApi:
 
     async def get_pod(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         inj = self.injector
-        fault, slow, delay = inj.draw()
+        fault, slow, delay = inj.draw(get=True)
         if slow < inj.faults.slow:
             await asyncio.sleep(delay)
         refused = inj.get_refused(name, fault)
