@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.core.specs import templates
+from webhook.core.specs import finding, templates
 
 MANIFESTS = Path(__file__).parent.parent / "data" / "manifests"
 
@@ -129,7 +129,7 @@ def test_map_keys_with_dots_are_written_in_brackets():
     ids=["plain", "dotted", "empty", "control", "index", "yaml bool key", "yaml null key"],
 )
 def test_key_path_spells_every_key_on_one_line(key, path):
-    assert templates.key_path("p", key) == path
+    assert finding.key_path("p", key) == path
 
 
 def test_nested_objects_that_only_resemble_templates_are_skipped():
@@ -258,7 +258,7 @@ def test_non_object_input_has_no_templates():
     ids=["plain", "tab", "bidi override", "clipped", "lone surrogate"],
 )
 def test_printable_escapes_and_clips(text, limit, expected):
-    assert templates.printable(text, limit) == expected
+    assert finding.printable(text, limit) == expected
 
 
 def _huge_managed_fields(entries: int) -> dict[str, Any]:

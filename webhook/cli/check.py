@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, TextIO
 from webhook.admission import settings as admission_settings
 from webhook.cli import flagtypes, manifests, progname, progress, report
 from webhook.core.admission import quotas, verdict
-from webhook.core.specs import templates
+from webhook.core.specs import finding
 
 OUTPUTS = ("text", "json")
 # A terminal gets a progress line from this many objects on (Helm output of thousands of documents);
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         settings = settings_from_args(args)
     except admission_settings.ConfigError as err:
         # The message may hold the --config path: escaped as file names are in the report.
-        print(f"gpushare check: {templates.printable(str(err))}", file=sys.stderr)
+        print(f"gpushare check: {finding.printable(str(err))}", file=sys.stderr)
         return report.UNREADABLE
     return run(settings)
 
@@ -210,4 +210,4 @@ def _metadata(obj: Any) -> dict[str, Any]:
 def _text(value: object) -> str:
     # Escaped as in the core's messages: a lone surrogate ("\ud800" in JSON) cannot be written to a
     # UTF-8 stream, and a control character would reach the terminal.
-    return templates.printable(value, _NAME_LIMIT) if isinstance(value, str) else ""
+    return finding.printable(value, _NAME_LIMIT) if isinstance(value, str) else ""

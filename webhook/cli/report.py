@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.cli import manifests
-from webhook.core.specs import templates
+from webhook.core.specs import finding
 
 # Exit codes of `gpushare check`.
 CLEAN = 0
@@ -138,7 +138,7 @@ def render_text(report: Report, quiet: bool = False) -> str:
 def shown(path: str) -> str:
     """A file name as text output prints it: escaped like object names, so an ESC or a newline in it
     cannot colour the terminal or forge a line of the report. JSON keeps it as it is (JSON escapes it)."""
-    return templates.printable(path)
+    return finding.printable(path)
 
 
 def summary(report: Report) -> str:

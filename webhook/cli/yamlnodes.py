@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from webhook.core.specs import templates
+from webhook.core.specs import finding
 
 
 def repeated_key(root: Any) -> tuple[str, int] | None:
@@ -26,7 +26,7 @@ def repeated_key(root: Any) -> tuple[str, int] | None:
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
                     if key.value in keys:
-                        return templates.printable(key.value, 60), key.start_mark.line + 1
+                        return finding.printable(key.value, 60), key.start_mark.line + 1
                     keys.add(key.value)
                 stack.append(value)
         elif isinstance(node, yaml.SequenceNode):

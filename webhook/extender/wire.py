@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from webhook.core.specs import templates
+from webhook.core.specs import finding
 from webhook.serving import jsonbody
 
 
@@ -90,7 +90,7 @@ def _field(obj: Mapping[str, Any], name: str) -> Any:
 
 def _object(body: Any, what: str) -> Mapping[str, Any]:
     if not isinstance(body, Mapping):
-        raise WireError(f"{what} must be a JSON object, got {templates.json_type(body)}")
+        raise WireError(f"{what} must be a JSON object, got {finding.json_type(body)}")
     return body
 
 

@@ -83,7 +83,7 @@ def check(obj: Mapping[str, Any], policy: ClaimPolicy, least_mib: int = 0) -> Fo
     for part in SPEC_PATHS[obj["kind"]]:
         assert isinstance(node, templates.OBJECT)
         node = node.get(part)
-        path = templates.join(path, part)
+        path = finding.join(path, part)
         if node is None:
             return Found((), ())
         if not isinstance(node, templates.OBJECT):
@@ -91,14 +91,14 @@ def check(obj: Mapping[str, Any], policy: ClaimPolicy, least_mib: int = 0) -> Fo
             return found.done()
     assert isinstance(node, templates.OBJECT)
     devices = node.get("devices")
-    path = templates.join(path, "devices")
+    path = finding.join(path, "devices")
     if devices is None:
         return Found((), ())
     if not isinstance(devices, templates.OBJECT):
         found.wrong(path, devices, "an object")
         return found.done()
     requests = devices.get("requests")
-    path = templates.join(path, "requests")
+    path = finding.join(path, "requests")
     if requests is not None and not isinstance(requests, list):
         found.wrong(path, requests, "a list")
     for i, request in enumerate(requests if isinstance(requests, list) else ()):
@@ -136,7 +136,7 @@ class _Found(NamedTuple):
 
 
 def _name(value: object, index: int) -> str:
-    return templates.printable(value, _NAME_LIMIT) if isinstance(value, str) and value else f"#{index}"
+    return finding.printable(value, _NAME_LIMIT) if isinstance(value, str) and value else f"#{index}"
 
 
 def _check_request(
@@ -153,7 +153,7 @@ def _check_request(
     for key in asked:
         if key != CAPACITY:
             found.add(
-                templates.key_path(capacity_path, key),
+                finding.key_path(capacity_path, key),
                 None,
                 f"the GPUs of class {cls} publish no capacity {finding.show(key)}, only {CAPACITY}, "
                 "so no GPU would fit the claim",

@@ -58,7 +58,7 @@ def _get(
     if value is None or isinstance(value, expected):
         return value
     who = None if container is None else _container_name(container)  # built only for the violation
-    raise _WrongType(finding.wrong_type(templates.key_path(path, key), who, value, what))
+    raise _WrongType(finding.wrong_type(finding.key_path(path, key), who, value, what))
 
 
 def gpu_memory_containers(
@@ -74,7 +74,7 @@ def asks_gpu_memory(spec: Mapping[str, Any], names: resources.GpuResourceNames) 
 
 def _container_name(container: Mapping[str, Any]) -> str:
     name = container.get("name")
-    return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else "?"
+    return finding.printable(name, _NAME_LIMIT) if isinstance(name, str) else "?"
 
 
 def _env_setting(container: podspec.Container, env_name: str, warnings: list[str]) -> str | None:
@@ -110,7 +110,7 @@ def _env_setting(container: podspec.Container, env_name: str, warnings: list[str
         elif value.lower() in _BOOLS:
             setting = value.lower()
         else:
-            shown, name = templates.printable(value, 20), _container_name(body)
+            shown, name = finding.printable(value, 20), _container_name(body)
             warnings.append(
                 f'{env_name}="{shown}" of container "{name}" is not true or false; assumed not "true"'
             )
@@ -145,15 +145,15 @@ def _required_affinity(spec: Mapping[str, Any], key: str, path: str) -> _Affinit
     affinity = _get(spec, "affinity", templates.OBJECT, path, "an object")
     if affinity is None:
         return _Affinity(None, None)
-    path = templates.join(path, "affinity")  # plain keys: join spells them as key_path does
+    path = finding.join(path, "affinity")  # plain keys: join spells them as key_path does
     node = _get(affinity, "nodeAffinity", templates.OBJECT, path, "an object")
     if node is None:
         return _Affinity(None, None)
-    path = templates.join(path, "nodeAffinity")
+    path = finding.join(path, "nodeAffinity")
     required = _get(node, _REQUIRED, templates.OBJECT, path, "an object")
     if required is None:
         return _Affinity(None, None)
-    path = templates.join(path, _REQUIRED)
+    path = finding.join(path, _REQUIRED)
     terms = _get(required, "nodeSelectorTerms", list, path, "a list")
     allowed: set[str] = set()
     named = False
@@ -220,12 +220,12 @@ def _pinned_node(term: Mapping[str, Any]) -> str | None:
 def _annotation(view: specview.SpecView, key: str) -> str | None:
     annotations = view.annotations
     if annotations is not None and not isinstance(annotations, templates.OBJECT):
-        path = templates.key_path(templates.join(view.path, "metadata"), "annotations")
+        path = finding.key_path(finding.join(view.path, "metadata"), "annotations")
         raise _WrongType(finding.wrong_type(path, None, annotations, "an object"))
     if annotations is None or key not in annotations:
         return None
     raw = annotations[key]
-    path = templates.key_path(templates.join(view.path, "metadata.annotations"), key)
+    path = finding.key_path(finding.join(view.path, "metadata.annotations"), key)
     if not isinstance(raw, str):
         raise _WrongType(finding.wrong_type(path, None, raw, 'a string: "true" or "false" in quotes'))
     value = raw.strip().lower()
@@ -278,7 +278,7 @@ def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecisi
 
     if selector is not None and key in selector:
         current = selector[key]
-        shown = templates.printable(finding.show(current), 20)
+        shown = finding.printable(finding.show(current), 20)
         if current not in _BOOLS:
             warnings.append(f"nodeSelector {key}={shown} matches no gpushare node pool (use true or false)")
         elif signal is not None and signal != current:
@@ -294,13 +294,13 @@ def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecisi
     if isinstance(node_name, str) and node_name:
         # Placed without the scheduler: a selector the node's label does not match makes the kubelet
         # refuse the pod (NodeAffinity), so none is added; the node's pool is the user's choice.
-        shown = templates.printable(node_name, 60)
+        shown = finding.printable(node_name, 60)
         warnings.append(f"spec.nodeName={shown} places the pod itself: no nodeSelector {key} added")
         return IsolationDecision(None, tuple(warnings))
     if affinity.pinned is not None:
         # A DaemonSet's pod: its controller chose the node without our selector, so one the node's label
         # does not match would leave the pod Pending there for good.
-        shown = templates.printable(affinity.pinned, 60)
+        shown = finding.printable(affinity.pinned, 60)
         warnings.append(f"node affinity pins the pod to node {shown}: no nodeSelector {key} added")
         return IsolationDecision(None, tuple(warnings))
     if annotation is not None:

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.specs import podspec, templates
+from webhook.core.specs import finding, podspec
 from webhook.core.wire import resources
 
 # SequenceMatcher ratio from which a name counts as a typo: nvidia.com/gpus 0.97, aliyun.com/gpu-memory
@@ -51,7 +51,7 @@ def warnings(
             meant = suggestion(name, names)
             if meant is not None:
                 raw_name = entry.body.get("name")
-                who = templates.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
-                shown = templates.printable(name, _RESOURCE_LIMIT)
+                who = finding.printable(raw_name, _NAME_LIMIT) if isinstance(raw_name, str) else "?"
+                shown = finding.printable(name, _RESOURCE_LIMIT)
                 out.append(f'container "{who}": {section}[{shown}] is no GPU resource; did you mean {meant}?')
     return out

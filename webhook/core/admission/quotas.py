@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.admission import lookalikes
-from webhook.core.specs import templates
+from webhook.core.specs import finding
 from webhook.core.wire import resources
 
 REQUESTS, LIMITS = "requests.", "limits."
@@ -58,13 +58,13 @@ def hard_warnings(hard: Mapping[object, object], names: resources.GpuResourceNam
                 f"limits nothing; a share's memory is counted as {REQUESTS}{names.memory}"
             )
         elif prefix == REQUESTS:
-            shown = templates.printable(name, _SHOWN)
+            shown = finding.printable(name, _SHOWN)
             why = f"{shown} is no GPU resource, so nothing is counted; did you mean {right}?"
         else:
             extra = " (an extended resource has no limits. quota)" if prefix == LIMITS else ""
             why = f"the API server counts {meant} only as {right}{extra}, so this key limits nothing"
             why += f"; write {right}"
-        out.append(f"spec.hard[{templates.printable(key, _SHOWN)}]: {why}")
+        out.append(f"spec.hard[{finding.printable(key, _SHOWN)}]: {why}")
     return out
 
 
@@ -94,7 +94,7 @@ def _named(where: str, name: object, names: resources.GpuResourceNames) -> list[
     meant = lookalikes.suggestion(name, names)
     if meant is None:
         return []
-    shown = templates.printable(name, _SHOWN)
+    shown = finding.printable(name, _SHOWN)
     return [f"{where}: {shown} is no GPU resource, so Kueue counts it for no pod; did you mean {meant}?"]
 
 

@@ -92,7 +92,7 @@ class Verdict(NamedTuple):
         kept = [f"{self.kind or 'the object'} has {problems} with GPU resources:"]
         size = len(kept[0])
         for violation in self.violations[:MAX_LISTED_PROBLEMS]:
-            line = templates.printable(str(violation), _LINE_LIMIT)
+            line = finding.printable(str(violation), _LINE_LIMIT)
             if size + 1 + len(line) > MAX_MESSAGE_CHARS - _CLOSING_ROOM:
                 break
             kept.append(line)
@@ -119,7 +119,7 @@ def ratchet(found: Verdict, before: Verdict) -> Verdict:
 
 def clean_warning(text: str) -> str:
     """One warning the API server passes on: one line, no control characters, at most 120 characters."""
-    return templates.printable(text, WARNING_LIMIT)
+    return finding.printable(text, WARNING_LIMIT)
 
 
 def _unique(texts: list[str]) -> tuple[str, ...]:
@@ -196,7 +196,7 @@ def evaluate(obj: Mapping[str, Any], policy: Policy) -> Verdict:
         problem = finding.wrong_type("", None, obj, "an object (a Kubernetes manifest)")
         return Verdict((), (problem,), (), allowed=False)
     kind = obj.get("kind")
-    kind = templates.printable(kind, 63) if isinstance(kind, str) else ""
+    kind = finding.printable(kind, 63) if isinstance(kind, str) else ""
     if kind in claims.SPEC_PATHS and claims.is_claim(obj):  # no pod template: the claim's requests
         asked = claims.check(obj, policy.claims, policy.min_share_mib)
         warned = _capped(_unique(list(asked.warnings)))

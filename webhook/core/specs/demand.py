@@ -100,7 +100,7 @@ def _check_sections(container: podspec.Container, name: str) -> None:
     res = container.body.get("resources")
     if res is None or (container.limits and container.requests):
         return  # both sections are objects: nothing misshapen
-    res_path = templates.join(container.path, "resources")
+    res_path = finding.join(container.path, "resources")
     if not isinstance(res, Mapping):
         raise _wrong_type(res_path, container.name, res, "an object")
     for section in ("limits", "requests"):
@@ -108,7 +108,7 @@ def _check_sections(container: podspec.Container, name: str) -> None:
         if values is None:
             continue
         if not isinstance(values, Mapping):
-            raise _wrong_type(templates.join(res_path, section), container.name, values, "an object")
+            raise _wrong_type(finding.join(res_path, section), container.name, values, "an object")
         if name in values:
             return
 
@@ -122,7 +122,7 @@ def _check_shape(container: podspec.Container, names: resources.GpuResourceNames
     """The rules' container-level denials that the extender must repeat: gpu-count as a resource, and
     whole GPUs with gpu-mem in one container (see gpumem.count_resource, gpumem.whole_and_memory)."""
     limits, requests = container.limits, container.requests
-    res_path = templates.join(container.path, "resources")
+    res_path = finding.join(container.path, "resources")
     for section, values in (("limits", limits), ("requests", requests)):
         if names.count in values:
             at = f"{res_path}.{section}[{names.count}]"
@@ -162,7 +162,7 @@ def count_label_problem(
         count = gpu_count(labels, names.count)
     except Finding as err:
         fix = 'set the label to the number of GPUs to spread the pod over, e.g. "2"'
-        return finding.Problem(templates.printable(str(err), 200), fix)
+        return finding.Problem(finding.printable(str(err), 200), fix)
     if total is None:
         return None
     try:
@@ -265,14 +265,14 @@ def of_view(view: specview.SpecView, unit: str = gpumem.DEFAULT_UNIT) -> Demand:
         if item.init:
             init_items.append(item)
     labels = view.labels
-    labels_path = templates.join(view.path, "metadata.labels")
+    labels_path = finding.join(view.path, "metadata.labels")
     if labels is not None and not isinstance(labels, Mapping):
         raise _wrong_type(labels_path, None, labels, "an object")
     labels = labels or {}
     if names.count in labels:
         found = count_label_problem(labels, names, sum(app), unit)
         if found is not None:
-            raise _error(templates.key_path(labels_path, names.count), None, labels[names.count], found)
+            raise _error(finding.key_path(labels_path, names.count), None, labels[names.count], found)
     count = gpu_count(labels, names.count)
     for item, asked in zip(init_items, init, strict=True):
         found = init_problem(asked, sum(app), count, names, unit, sidecar=item.sidecar)
@@ -308,7 +308,7 @@ def pod_cards(pod: Mapping[str, Any], names: resources.GpuResourceNames | None =
 
 def _name(body: Mapping[str, Any]) -> str | None:
     name = body.get("name")
-    return templates.printable(name, _NAME_LIMIT) if isinstance(name, str) else None
+    return finding.printable(name, _NAME_LIMIT) if isinstance(name, str) else None
 
 
 def _raw(body: Mapping[str, Any], name: str) -> tuple[str, object] | None:
@@ -328,7 +328,7 @@ def container_cards(body: Mapping[str, Any], name: str, path: str = "") -> int:
     if found is None:
         return 0
     section, raw = found
-    at = f"{templates.join(path, 'resources')}.{section}[{templates.printable(name, 60)}]"
+    at = f"{finding.join(path, 'resources')}.{section}[{finding.printable(name, 60)}]"
     parsed = gpumem.parse(raw)
     if isinstance(parsed, str):
         problem = finding.Problem(f"is not a valid quantity: {parsed}", 'write a whole number such as "1"')
@@ -369,7 +369,7 @@ def mixed(
     card, share = cards[0], shares[0]
     section = (_raw(card.body, names.whole_card) or ("limits", None))[0]
     other = _name(share.body) or share.path
-    path = f"{templates.join(card.path, 'resources')}.{section}[{names.whole_card}]"
+    path = f"{finding.join(card.path, 'resources')}.{section}[{names.whole_card}]"
     return Finding(
         path,
         _name(card.body),

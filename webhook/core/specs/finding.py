@@ -2,7 +2,9 @@
 
 The webhook and `gpushare check` list findings (a denial names every one); the extender, the device plugin
 and the ledger raise the first finding that leaves a pod's demand unreadable. One type for both, so every
-part words the same mistake the same way.
+part words the same mistake the same way. Here too is how a field's place is written (`join`, `key_path`:
+`spec.x[0].y`, map keys with dots in brackets) and a value shown (`show`, `printable`, `json_type`), so
+every message, and the scan for pod templates, spells them the same way.
 
     str(Finding("spec.containers[0].resources.limits[aliyun.com/gpu-mem]", "c", "3Gi", "is read as ...",
                 "write 3; the unit is GiB"))
@@ -15,9 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from webhook.core.specs import templates
-
 _VALUE_LIMIT = 60
+_KEY_LIMIT = 64
 # Python refuses to print ints of more than 4300 digits; no quantity needs more than a few.
 MAX_INT_BITS = 3000
 
@@ -102,13 +103,13 @@ def describe(path: str, container: str | None, value: str | None, problem: str, 
     if container is not None:
         where += f' (container "{container}")'
     shown = "" if value is None else f' "{value}":'
-    return templates.printable(f"{where}:{shown} {problem}; fix: {fix}")
+    return printable(f"{where}:{shown} {problem}; fix: {fix}")
 
 
 def type_problem(value: object, expected: str) -> Problem:
     """A field whose JSON type is wrong (the API server would not decode it)."""
     return Problem(
-        f"has the wrong type: expected {expected}, got {templates.json_type(value)}",
+        f"has the wrong type: expected {expected}, got {json_type(value)}",
         f"write this field as {expected}",
     )
 
@@ -126,5 +127,69 @@ def show(value: object) -> str:
     elif isinstance(value, float):
         text = repr(value)
     else:
-        text = f"<{templates.json_type(value)}>"
-    return templates.printable(text, _VALUE_LIMIT)
+        text = f"<{json_type(value)}>"
+    return printable(text, _VALUE_LIMIT)
+
+
+# Where and what: a field's path and a value, written on one line as every message writes them.
+
+
+def printable(text: str, limit: int = 0) -> str:
+    """`text` on one line: control, format and separator characters escaped; clipped to `limit` runes."""
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+    if limit and len(text) > limit:
+        text = text[: limit - 1] + "…"
+    return text
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def join(path: str, sub: str) -> str:
+    """Append a sub-path: `join("spec.template", "spec")`, `join("x", "[0]")`; "" is the root."""
+    if not path:
+        return sub
+    if not sub:
+        return path
+    return f"{path}{sub}" if sub.startswith("[") else f"{path}.{sub}"
+
+
+def key_path(path: str, key: object) -> str:
+    """The path of a map key or list index: `.name`, `[0]`, and `[my.key]` for keys that are not plain."""
+    if isinstance(key, int) and not isinstance(key, bool):
+        return f"{path}[{key}]"
+    if not isinstance(key, str):
+        return f"{path}[{_json_scalar(key)}]"
+    # Spelled out, not any(c in key for c in ".[] "): a generator costs ~0.5 us per key in long walks.
+    if key and key.isprintable() and "." not in key and "[" not in key and "]" not in key and " " not in key:
+        return join(path, key)
+    return f"{path}[{printable(key, _KEY_LIMIT)}]"
+
+
+def _json_scalar(value: object) -> str:
+    # YAML keys may be numbers, booleans or null; name them as JSON would.
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return printable(repr(value), _KEY_LIMIT)
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a decoded value, in words: "an object", "a list", "a string", ..."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if value is None:
+        return "null"
+    return f"a {type(value).__name__}"

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from webhook.core.specs import gpumem, templates
+from webhook.core.specs import finding, gpumem, templates
 from webhook.core.wire import quantity, resources
 
 # App containers, then init containers: the order of every message. Ephemeral containers cannot have
@@ -170,13 +170,13 @@ class Container:
         self.sidecar = init and body.get("restartPolicy") == "Always"
         self._memo = {}
         raw = body.get("name")
-        # templates.printable, spelled out for the common name that is already one short line
+        # finding.printable, spelled out for the common name that is already one short line
         if not isinstance(raw, str):
             self.name = None
         elif len(raw) <= _NAME_LIMIT and raw.isprintable():
             self.name = raw
         else:
-            self.name = templates.printable(raw, _NAME_LIMIT)
+            self.name = finding.printable(raw, _NAME_LIMIT)
         self.gpu, self.settled, self.wrong = _NO_VALUES, True, _NONE
         res = body.get("resources")
         # `x is not None` first: a failed isinstance against Mapping (an ABC) costs several times more.
@@ -276,7 +276,7 @@ _NO_VALUES: Mapping[str, GpuValue] = {}
 def value_path(container: Container, section: str, name: str) -> str:
     """Where resource `name` is written in `container`: `<path>.resources.<section>[<name>]`, the name as
     messages show it (one line, clipped)."""
-    return f"{container.path}.resources.{section}[{templates.printable(name, _VALUE_LIMIT)}]"
+    return f"{container.path}.resources.{section}[{finding.printable(name, _VALUE_LIMIT)}]"
 
 
 def _asks(parsed: quantity.Quantity | str) -> bool:
@@ -323,8 +323,8 @@ def _read_values(
             and name != count
         )
         settled = settled and fine
-        short = len(name) <= _VALUE_LIMIT and name.isprintable()  # templates.printable, spelled out
-        shown = name if short else templates.printable(name, _VALUE_LIMIT)
+        short = len(name) <= _VALUE_LIMIT and name.isprintable()  # finding.printable, spelled out
+        shown = name if short else finding.printable(name, _VALUE_LIMIT)
         values[name] = GpuValue(name, shown, limit, request, amount, fine, asks, holds)
     return values, settled
 

@@ -9,7 +9,7 @@ Findings are values, so one denial message lists every problem of an object. The
 from __future__ import annotations
 
 from webhook.core.specs import demand, gpumem, podspec, specview, templates
-from webhook.core.specs.finding import Finding, show, showing, wrong_type
+from webhook.core.specs.finding import Finding, join, key_path, show, showing, wrong_type
 from webhook.core.wire import quantity, resources
 
 
@@ -166,11 +166,11 @@ def _check_gpu_count(view: specview.SpecView, unit: str) -> list[Finding]:
         return []
     prefix = view.path
     if not isinstance(labels, templates.OBJECT):
-        return [wrong_type(templates.join(prefix, "metadata.labels"), None, labels, "an object")]
+        return [wrong_type(join(prefix, "metadata.labels"), None, labels, "an object")]
     if names.count not in labels:
         return []
     raw = labels[names.count]
-    path = templates.key_path(templates.join(prefix, "metadata.labels"), names.count)
+    path = key_path(join(prefix, "metadata.labels"), names.count)
     # unknown (None): a misshapen list or bad value, reported where it is
     found = demand.count_label_problem(labels, names, _app_units(view, unit), unit)
     return [] if found is None else [Finding(path, None, show(raw), *found)]
@@ -244,7 +244,7 @@ def _check_compute_percent(prefix: str, raw: object) -> list[Finding]:
         resources.compute_percent(raw)
     except ValueError:
         name = resources.COMPUTE_PERCENT_ANNOTATION
-        at = templates.key_path(templates.join(prefix, "metadata.annotations"), name)
+        at = key_path(join(prefix, "metadata.annotations"), name)
         problem = "must be a whole percent of the GPU's compute between 1 and 100 (MPS nodes only)"
         return [showing(at, None, raw, problem, 'write e.g. "30", or remove the annotation')]
     return []

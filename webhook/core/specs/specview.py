@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from webhook.core.specs import podspec, templates
+from webhook.core.specs import finding, podspec, templates
 from webhook.core.wire import resources
 
 
@@ -72,6 +72,6 @@ def read(template: templates.PodTemplate, names: resources.GpuResourceNames) -> 
     # Container.holds, read from the walk's values (a GPU name's holds was computed there)
     holders = [c for c in objects if memory in c.gpu and c.gpu[memory].holds]
     metadata = template.metadata
-    spec_path = templates.join(path, "spec")
+    spec_path = finding.join(path, "spec")
     labels, annotations = metadata.get("labels"), metadata.get("annotations")
     return SpecView(template, names, items, objects, labels, annotations, spec_path, holders)

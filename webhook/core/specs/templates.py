@@ -1,7 +1,7 @@
 """Find the pod templates of any object: Pods, workloads, CronJobs and custom resources by structure.
 
-Also owns how a field path is written (`spec.x[0].y`, map keys with dots in brackets), so every message
-spells paths the same way. The walk is bounded: objects arrive from the network.
+The walk is bounded: objects arrive from the network. Its paths are written as every finding writes
+them (core.specs.finding: `spec.x[0].y`, map keys with dots in brackets).
 """
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from webhook.core.specs.finding import join, json_type, key_path
+
 # A pod template in any real object sits a few levels deep (JobSet: 5); YAML aliases can make an object
 # recursive or exponentially large, so the walk stops at these bounds instead.
 MAX_DEPTH = 32
 MAX_NODES = 100_000
-_KEY_LIMIT = 64
 
 # `isinstance(x, OBJECT)` means `isinstance(x, OBJECT)`, but decoded JSON objects are dicts, and an exact
 # type match skips ABCMeta.__instancecheck__ (~100 ns; a review makes dozens of these checks).
@@ -60,67 +61,6 @@ class Scan(NamedTuple):
     templates: tuple[PodTemplate, ...]
     malformed: tuple[Malformed, ...]
     truncated: str | None  # where the walk gave up (too deep or too large); None when complete
-
-
-def printable(text: str, limit: int = 0) -> str:
-    """`text` on one line: control, format and separator characters escaped; clipped to `limit` runes."""
-    if not text.isprintable():
-        text = "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
-    if limit and len(text) > limit:
-        text = text[: limit - 1] + "…"
-    return text
-
-
-def _escape(ch: str) -> str:
-    code = ord(ch)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def join(path: str, sub: str) -> str:
-    """Append a sub-path: `join("spec.template", "spec")`, `join("x", "[0]")`; "" is the root."""
-    if not path:
-        return sub
-    if not sub:
-        return path
-    return f"{path}{sub}" if sub.startswith("[") else f"{path}.{sub}"
-
-
-def key_path(path: str, key: object) -> str:
-    """The path of a map key or list index: `.name`, `[0]`, and `[my.key]` for keys that are not plain."""
-    if isinstance(key, int) and not isinstance(key, bool):
-        return f"{path}[{key}]"
-    if not isinstance(key, str):
-        return f"{path}[{_json_scalar(key)}]"
-    # Spelled out, not any(c in key for c in ".[] "): a generator costs ~0.5 us per key in long walks.
-    if key and key.isprintable() and "." not in key and "[" not in key and "]" not in key and " " not in key:
-        return join(path, key)
-    return f"{path}[{printable(key, _KEY_LIMIT)}]"
-
-
-def _json_scalar(value: object) -> str:
-    # YAML keys may be numbers, booleans or null; name them as JSON would.
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return printable(repr(value), _KEY_LIMIT)
-
-
-def json_type(value: object) -> str:
-    """The JSON type of a decoded value, in words: "an object", "a list", "a string", ..."""
-    if isinstance(value, OBJECT):
-        return "an object"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if value is None:
-        return "null"
-    return f"a {type(value).__name__}"
 
 
 def _api_group(obj: Mapping[str, Any]) -> str | None:
