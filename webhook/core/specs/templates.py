@@ -17,7 +17,7 @@ from webhook.core.specs.finding import join, json_type, key_path
 MAX_DEPTH = 32
 MAX_NODES = 100_000
 
-# `isinstance(x, OBJECT)` means `isinstance(x, OBJECT)`, but decoded JSON objects are dicts, and an exact
+# `isinstance(x, OBJECT)` means `isinstance(x, Mapping)`, but decoded JSON objects are dicts, and an exact
 # type match skips ABCMeta.__instancecheck__ (~100 ns; a review makes dozens of these checks).
 OBJECT = (dict, Mapping)
 _OBJECT_OR_LIST = (dict, list, Mapping)
