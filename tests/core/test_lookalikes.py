@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from webhook.core.admission import lookalikes, verdict
+from webhook.core.specs import podread
 from webhook.core.wire import resources
 
 NAMES = resources.GpuResourceNames()
@@ -64,7 +65,7 @@ def test_one_warning_per_container_and_name_within_the_api_servers_limit():
         ],
         "initContainers": 3,
     }
-    found = lookalikes.warnings(spec, NAMES)
+    found = lookalikes.warnings(podread.of_spec(spec, NAMES).view)
     assert found == [
         f'container "{"a" * 19}…": limits[nvidia.com/gpus] is no GPU resource; did you mean nvidia.com/gpu?',
         'container "b": requests[aliyun.com/gpumem] is no GPU resource; did you mean aliyun.com/gpu-mem?',

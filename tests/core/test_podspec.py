@@ -9,7 +9,7 @@ import pytest
 
 from tests.core import reads
 from webhook.core.admission import isolation, lookalikes, verdict
-from webhook.core.specs import demand, podspec, templates
+from webhook.core.specs import demand, podread, podspec, templates
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
@@ -75,7 +75,7 @@ def test_every_reader_of_containers_turns_a_misshapen_list_into_a_message_naming
     # ... the isolation decision and look-alike warnings read the containers that are objects ...
     template = templates.PodTemplate("", {}, spec)
     assert isolation.decide(template, isolation.IsolationPolicy(), NAMES).value == "false"
-    assert lookalikes.warnings(spec, NAMES) == []
+    assert lookalikes.warnings(podread.of_spec(spec, NAMES).view) == []
     # ... the extender's demand names the same field ...
     with pytest.raises(Finding, match=wrong.path.replace("[", r"\[").replace("]", r"\]")):
         demand.pod_demand({"spec": spec})

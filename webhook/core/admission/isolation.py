@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from webhook.core.specs import finding, podspec, specview, templates
+from webhook.core.specs import finding, specview, templates
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
@@ -77,9 +77,9 @@ def _container_name(container: Mapping[str, Any]) -> str:
     return finding.printable(name, _NAME_LIMIT) if isinstance(name, str) else "?"
 
 
-def _env_setting(container: podspec.Container, env_name: str, warnings: list[str]) -> str | None:
-    """The container's CGPU_DISABLE: "true", "false", or None (unset or not readable, with a warning)."""
-    body, path = container.body, container.path
+def _env_setting(body: Mapping[str, Any], path: str, env_name: str, warnings: list[str]) -> str | None:
+    """The CGPU_DISABLE of the container `body` at `path`: "true", "false", or None (unset or not
+    readable, with a warning)."""
     env = body.get("env")
     if env is None:
         return None
@@ -270,7 +270,7 @@ def _decide(view: specview.SpecView, policy: IsolationPolicy) -> IsolationDecisi
     # Read only where there is something to read: absent, or an object without the key (most pods).
     absent = notes is None or (type(notes) is dict and policy.annotation_key not in notes)
     annotation = None if absent else _annotation(view, policy.annotation_key)
-    settings = [_env_setting(c, policy.env_name, warnings) for c in indexed]
+    settings = [_env_setting(c.body, c.path, policy.env_name, warnings) for c in indexed]
     every_true = settings.count("true") == len(settings)
     env_signal = "true" if every_true else "false" if "false" in settings else None
     from_env = "true" if every_true else "false" if "false" in settings else policy.default

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import difflib
 import functools
-from collections.abc import Mapping
-from typing import Any
 
-from webhook.core.specs import finding, podspec
+from webhook.core.specs import finding, specview
 from webhook.core.wire import resources
 
 # SequenceMatcher ratio from which a name counts as a typo: nvidia.com/gpus 0.97, aliyun.com/gpu-memory
@@ -37,16 +35,12 @@ def suggestion(name: str, names: resources.GpuResourceNames) -> str | None:
     return close[0] if close else None
 
 
-def warnings(
-    spec: Mapping[str, Any],
-    names: resources.GpuResourceNames,
-    walked: list[podspec.Container | podspec.WrongShape] | None = None,
-) -> list[str]:
+def warnings(view: specview.SpecView) -> list[str]:
     """One warning per container and misspelt resource name, naming the container and the likely name."""
     out: list[str] = []
-    items = podspec.containers(spec, "", podspec.matcher(names)) if walked is None else walked
-    for entry in podspec.objects(spec, walked=items):
-        # The container's domain-qualified names that are no GPU name, each once (podspec sorted them).
+    names = view.names
+    for entry in view.containers:
+        # The container's domain-qualified names that are no GPU name, each once (the walk sorted them).
         for section, name in entry.other_names:
             meant = suggestion(name, names)
             if meant is not None:

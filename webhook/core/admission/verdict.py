@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from webhook.core.admission import claims, isolation, lookalikes
-from webhook.core.specs import finding, gpumem, podread, specview, templates
+from webhook.core.specs import finding, podread, templates
 from webhook.core.specs.finding import Finding
 from webhook.core.wire import patches, resources
 from webhook.core.wire.units import unit_mib
@@ -43,13 +43,13 @@ class Policy:
     scheduler_name: str | None = None
     # The unit of one gpu-mem (GiB, MiB or <N>MiB), as the extender and device plugin count it; messages
     # name it and suggest values in it.
-    memory_unit: str = gpumem.DEFAULT_UNIT
+    memory_unit: str = podread.DEFAULT_UNIT
     # Our DRA DeviceClasses, the driver's memory step and the largest GPU: ResourceClaims and their
     # templates are checked against them (core/admission/claims.py).
     claims: claims.ClaimPolicy = field(default_factory=claims.ClaimPolicy)
     # A gpu-mem share or claim under this many MiB is allowed with a warning: it may not hold the CUDA
     # context of the process (0: no warning).
-    min_share_mib: int = gpumem.SMALL_SHARE_MIB
+    min_share_mib: int = podread.SMALL_SHARE_MIB
     # MiB in one unit of memory_unit, read once here rather than per review.
     unit_mib: int = field(init=False, repr=False, compare=False)
 
@@ -149,25 +149,6 @@ def _scheduler(spec: Mapping[str, Any], policy: Policy, asks: bool) -> tuple[str
     return None, []
 
 
-def _small_shares(view: specview.SpecView, policy: Policy) -> list[str]:
-    """A warning per container whose gpu-mem share (a value the rules allow) is under the least share."""
-    memory, unit = policy.names.memory, policy.memory_unit
-    found = []
-    for container in view.containers:
-        value = container.gpu.get(memory)
-        if value is None:
-            continue  # none asked
-        amount = value.amount
-        if not amount.plain and gpumem.memory_problem(amount.raw, amount.parsed, memory, unit) is not None:
-            continue  # denied by the rules with a fix of their own
-        assert not isinstance(amount.parsed, str)
-        mib = amount.parsed.to_int() * policy.unit_mib
-        if gpumem.under_least(mib, policy.min_share_mib):
-            who = f'container "{container.name or "?"}"'
-            found.append(gpumem.small_share(who, mib, gpumem.least_units(policy.min_share_mib, unit)))
-    return found
-
-
 def _template_verdict(template: templates.PodTemplate, policy: Policy) -> TemplateVerdict:
     # One read of the template (its containers walked, each GPU quantity parsed once) serves every rule.
     read = podread.read(template, policy.names, policy.memory_unit)
@@ -184,9 +165,9 @@ def _template_verdict(template: templates.PodTemplate, policy: Policy) -> Templa
         scheduler, scheduler_warnings = _scheduler(view.spec, policy, asks)
         warnings += scheduler_warnings
     if policy.min_share_mib > policy.unit_mib:  # else no share is under it (GiB and the default 512)
-        warnings += _small_shares(view, policy)
+        warnings += read.small_shares(policy.min_share_mib)
     if any(c.other_names for c in view.containers):  # names that might be misspelt GPU names
-        warnings += lookalikes.warnings(template.spec, policy.names, view.items)
+        warnings += lookalikes.warnings(view)
     return TemplateVerdict(template.path, tuple(violations), _unique(warnings), decision.value, scheduler)
 
 

@@ -8,6 +8,7 @@ through here, never the walk or a quantity themselves.
 
     read = podread.of_pod(pod, names, "GiB")
     read.findings()  # [] for a fine pod: what the webhook would deny, as `Finding`s
+    read.small_shares(1024)  # warnings for shares under 1 GiB, which the webhook admits
     read.demands()   # (Demand((4,), (), 1), Demand((0,))): raises the first Finding of an unreadable one
 """
 
@@ -22,6 +23,7 @@ from webhook.core.specs.finding import Finding
 from webhook.core.wire import resources
 
 DEFAULT_UNIT = gpumem.DEFAULT_UNIT
+SMALL_SHARE_MIB = gpumem.SMALL_SHARE_MIB  # the least share that holds a CUDA context
 
 
 # A NamedTuple, as the view: one per pod template per review, cheap to build. Nothing is computed until
@@ -53,6 +55,10 @@ class PodRead(NamedTuple):
     def findings(self) -> list[Finding]:
         """Every GPU resource problem of the template, in a stable order (core.specs.resourcerules)."""
         return resourcerules.check(self.view, self.unit)
+
+    def small_shares(self, least_mib: int) -> list[str]:
+        """A warning per container whose (allowed) gpu-mem share is under `least_mib` MiB."""
+        return resourcerules.small_shares(self.view, self.unit, least_mib)
 
     def memory(self) -> Demand:
         """What the containers ask of GPU memory, and the GPU count; the first Finding when unreadable."""

@@ -3,7 +3,8 @@ container and fix (core.specs.podread lists them in the pod's read, the webhook 
 by them).
 
 Findings are values, so one denial message lists every problem of an object. The checks mirror
-`validateResourceRequirements` (pkg/apis/core/validation) for GPU names, and say how to fix them.
+`validateResourceRequirements` (pkg/apis/core/validation) for GPU names, and say how to fix them. A share
+the rules allow but too small for a CUDA context gets a warning instead (`small_shares`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from webhook.core.specs import demand, gpumem, podspec, specview, templates
 from webhook.core.specs.finding import Finding, join, key_path, show, showing, wrong_type
 from webhook.core.wire import quantity, resources
+from webhook.core.wire.units import unit_mib
 
 
 def _value_problem(
@@ -248,3 +250,23 @@ def _check_compute_percent(prefix: str, raw: object) -> list[Finding]:
         problem = "must be a whole percent of the GPU's compute between 1 and 100 (MPS nodes only)"
         return [showing(at, None, raw, problem, 'write e.g. "30", or remove the annotation')]
     return []
+
+
+def small_shares(view: specview.SpecView, unit: str, least_mib: int) -> list[str]:
+    """A warning per container whose gpu-mem share (a value the rules allow) is under `least_mib`: it may
+    not hold the CUDA context of the process. Warnings, not findings: such a share is admitted."""
+    memory, mib_per_unit = view.names.memory, unit_mib(unit)
+    found = []
+    for container in view.containers:
+        value = container.gpu.get(memory)
+        if value is None:
+            continue  # none asked
+        amount = value.amount
+        if not amount.plain and gpumem.memory_problem(amount.raw, amount.parsed, memory, unit) is not None:
+            continue  # denied by the rules with a fix of their own
+        assert not isinstance(amount.parsed, str)
+        mib = amount.parsed.to_int() * mib_per_unit
+        if gpumem.under_least(mib, least_mib):
+            who = f'container "{container.name or "?"}"'
+            found.append(gpumem.small_share(who, mib, gpumem.least_units(least_mib, unit)))
+    return found
