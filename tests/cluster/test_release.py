@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.workloads import Workloads, ready, unreached, wait
+from tests.cluster.workloads import Workloads, ready, serving_pods, unreached, wait
 from tests.e2e import placement
 from webhook.core.wire import resources
 from webhook.devcluster import cluster as cluster_mod
@@ -80,11 +80,11 @@ def _replace(chart: PodRelease, source: ChartSource) -> None:
 
 
 def _our_images(chart: PodRelease) -> set[str]:
-    """The images of the release's pods but the second kube-scheduler's; pods on their way out (a replaced
-    replica still in its preStop sleep) are not counted."""
+    """The images of the release's pods but the second kube-scheduler's and a Job's; pods on their way out
+    (a replaced replica still in its preStop sleep) are not counted."""
     return {
         c["image"]
-        for p in chart.api.pods(NAMESPACE)
+        for p in serving_pods(chart)
         for c in p["spec"]["containers"]
         if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "scheduler"
         and not p["metadata"].get("deletionTimestamp")

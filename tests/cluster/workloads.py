@@ -151,6 +151,17 @@ def our_pods(chart: PodRelease, component: str) -> list[Obj]:
     ]
 
 
+def serving_pods(chart: PodRelease) -> list[Obj]:
+    """The release's pods of its Deployments and DaemonSets: a Job's pods are left out. The certificate
+    CronJob runs at renewSchedule (03:17 by default, kube-controller-manager's time), and its finished pod
+    keeps the image it ran with, through any rollout, until the next run replaces it."""
+    return [
+        p
+        for p in chart.api.pods(NAMESPACE)
+        if not any(o.get("kind") == "Job" for o in p["metadata"].get("ownerReferences") or ())
+    ]
+
+
 def allocatable(work: Workloads, resource: str) -> int:
     node = work.chart.api.request("GET", rest.path("nodes", cluster_mod.NODE))
     return int(node["status"].get("allocatable", {}).get(resource, "0"))

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any
 
-from tests.cluster.workloads import Workloads, our_pods, ready, unreached, wait
+from tests.cluster.workloads import Workloads, our_pods, ready, serving_pods, unreached, wait
 from tests.cluster_ha.conftest import (
     GIB_PER_GPU,
     GIB_TOTAL,
@@ -397,7 +397,7 @@ def test_a_rolling_upgrade_and_a_rollback_under_a_stream_of_pods(work: Workloads
         measured("helm upgrade --wait to a new image tag under 5 pods/s", t1 - t0)
         ours = [
             c["image"]
-            for p in chart.api.pods(NAMESPACE)
+            for p in serving_pods(chart)
             for c in p["spec"]["containers"]
             if c["image"].startswith(repository)
         ]

@@ -78,6 +78,11 @@ def test_cluster_dns_answers_for_the_cluster_and_forwards_nothing() -> None:
     assert pod["containers"][0]["imagePullPolicy"] == "Never"
     assert pod["dnsPolicy"] == "Default"
     assert pod["securityContext"]["runAsNonRoot"] is True
+    # Two replicas kept apart where nodes allow: losing one node leaves the cluster its names.
+    assert objects["Deployment"]["spec"]["replicas"] == 2
+    (apart,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert apart["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert apart["podAffinityTerm"]["labelSelector"]["matchLabels"] == objects["Service"]["spec"]["selector"]
 
 
 def _built(folder: Path, names: tuple[str, ...]) -> Path:

@@ -11,18 +11,16 @@ patches anything.
 
 from __future__ import annotations
 
-import base64
 import os
 import subprocess
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e import certaging
 from tests.e2e.hookrunner import HookRunner
-from webhook.core.pki import cabundles, certificates
 from webhook.devcluster import helm, release
 from webhook.devcluster.controlplane import ControlPlane
 from webhook.kube import errors, rest
@@ -36,53 +34,18 @@ CONFIGURATIONS = [
 ]
 
 
-def _config_path(plural: str, name: str) -> str:
-    return rest.path(plural, name, group="admissionregistration.k8s.io")
-
-
 def _secret_ca(api: Any) -> bytes:
-    secret = rest.request(api, "GET", rest.path("secrets", SECRET, NAMESPACE))
-    return base64.b64decode(secret["data"]["ca.crt"])
+    return certaging.secret_ca(api, SECRET, NAMESPACE)
 
 
 def _untrusted(api: Any) -> list[str]:
     """The webhooks whose caBundle does not trust the CA of the Secret the webhook pods serve from."""
-    ca = _secret_ca(api)
-    out = []
-    for plural, name in CONFIGURATIONS:
-        config = rest.request(api, "GET", _config_path(plural, name))
-        for hook in config["webhooks"]:
-            if not cabundles.contains(cabundles.decode(hook["clientConfig"].get("caBundle")), ca):
-                out.append(f"{plural}/{name} {hook['name']}")
-    return out
-
-
-def _age(api: Any) -> None:
-    """Replace the webhook's pair with one of a new CA that expires in 10 days, trusted by every webhook."""
-    now = datetime.now(UTC)
-    current = rest.request(api, "GET", rest.path("secrets", SECRET, NAMESPACE))
-    names = certificates.dns_sans(base64.b64decode(current["data"]["tls.crt"]))
-    ca = certificates.generate_ca("aging-ca", now)
-    serving = certificates.generate_serving(ca, names, (), now - timedelta(days=355), 365)
-    data = {"tls.crt": serving.cert_pem, "tls.key": serving.key_pem, "ca.crt": ca.cert_pem}
-    body = {"data": {k: base64.b64encode(v).decode() for k, v in data.items()}}
-    rest.request(
-        api, "PATCH", rest.path("secrets", SECRET, NAMESPACE), body=body, content_type=rest.MERGE_PATCH
-    )
-    bundle = base64.b64encode(ca.cert_pem).decode()
-    for plural, name in CONFIGURATIONS:
-        config = rest.request(api, "GET", _config_path(plural, name))
-        patch = [
-            {"op": "replace", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle}
-            for i in range(len(config["webhooks"]))
-        ]
-        rest.request(api, "PATCH", _config_path(plural, name), body=patch, content_type=rest.JSON_PATCH)
-    assert _untrusted(api) == []
+    return certaging.untrusting(api, _secret_ca(api), CONFIGURATIONS)
 
 
 def _appliers(api: Any) -> set[tuple[str, str]]:
     """(manager, operation) of every managedFields entry of the mutating configuration."""
-    config = rest.request(api, "GET", _config_path(*CONFIGURATIONS[0]))
+    config = rest.request(api, "GET", certaging.config_path(*CONFIGURATIONS[0]))
     return {(f["manager"], f["operation"]) for f in config["metadata"]["managedFields"]}
 
 
@@ -128,7 +91,7 @@ def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
         first_ca = _secret_ca(api)
         # What most of a year without upgrades (renewSchedule "") leaves: a pair the pods still serve, due
         # for renewal (10 days left, renewBeforeDays 30), its CA in the caBundle.
-        _age(api)
+        certaging.age(api, SECRET, NAMESPACE, CONFIGURATIONS)
         upgrading.append(True)
         run("upgrade", RELEASE, str(helm.CHART))
         upgrading.clear()
@@ -144,7 +107,7 @@ def test_an_upgrade_that_renews_the_certificate_keeps_the_bundle_trusting_it(
         run("uninstall", RELEASE)
         for plural, name in CONFIGURATIONS:
             with pytest.raises(errors.NotFoundError):
-                rest.request(api, "GET", _config_path(plural, name))
+                rest.request(api, "GET", certaging.config_path(plural, name))
     finally:
         hooks.stop()
         api.close()

@@ -1,6 +1,9 @@
 """Cluster DNS for a cluster whose pods run: CoreDNS (built by scripts/runtime-bins, imaged by
-scripts/node-images) with its `kubernetes` plugin, as kubeadm installs it: a Deployment in kube-system
-behind the `kube-dns` Service at the address the kubelets give pods as their nameserver.
+scripts/node-images) with its `kubernetes` plugin, as kubeadm installs it: a Deployment of two replicas
+kept apart on nodes where it can, in kube-system behind the `kube-dns` Service at the address the kubelets
+give pods as their nameserver. One replica alone would take the cluster's names with any node it ran on:
+a lost node's pods keep their place for 300 s, so kube-scheduler could not reach the extender by its
+Service name until then.
 
 It answers for cluster.local and the reverse zones only, and forwards nothing: a name outside the
 cluster gets SERVFAIL, so no query leaves this machine.
@@ -14,6 +17,7 @@ Obj = dict[str, Any]
 NAMESPACE = "kube-system"
 NAME = "coredns"
 LABELS = {"k8s-app": "kube-dns"}
+REPLICAS = 2  # kubeadm's count
 
 COREFILE = """.:53 {
     errors
@@ -88,12 +92,25 @@ def manifests(image: str, cluster_ip: str) -> list[Obj]:
             "kind": "Deployment",
             "metadata": meta,
             "spec": {
-                "replicas": 1,
+                "replicas": REPLICAS,
                 "selector": {"matchLabels": LABELS},
                 "template": {
                     "metadata": {"labels": LABELS},
                     "spec": {
                         "serviceAccountName": NAME,
+                        "affinity": {
+                            "podAntiAffinity": {
+                                "preferredDuringSchedulingIgnoredDuringExecution": [
+                                    {
+                                        "weight": 100,
+                                        "podAffinityTerm": {
+                                            "labelSelector": {"matchLabels": LABELS},
+                                            "topologyKey": "kubernetes.io/hostname",
+                                        },
+                                    }
+                                ]
+                            }
+                        },
                         "priorityClassName": "system-cluster-critical",
                         # Its own lookups never go to itself; the node gives pods no other resolver.
                         "dnsPolicy": "Default",
