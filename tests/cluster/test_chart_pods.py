@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
 from cryptography import x509
 
-from tests.cluster.workloads import Workloads, our_pods, ready, serving_pods, wait
+from tests.cluster.workloads import Workloads, our_pods, owned_by, ready, serving_pods, wait
 from tests.e2e import certaging
 from webhook.core.wire import resources
 from webhook.devcluster.podrelease import FULLNAME, NAMESPACE, PodRelease
@@ -55,7 +54,7 @@ def test_the_certificate_hook_issued_what_the_servers_present(chart: PodRelease)
             assert base64.b64decode(hook["clientConfig"]["caBundle"]) == ca, hook["name"]
             assert "service" in hook["clientConfig"], hook["clientConfig"]
     jobs = chart.api.request("GET", rest.path("jobs", namespace=NAMESPACE, group="batch"))["items"]
-    hooks = [j["metadata"]["name"] for j in jobs if not _owner_kinds(j) & {"CronJob"}]
+    hooks = [j["metadata"]["name"] for j in jobs if not owned_by(j, "CronJob")]
     assert not hooks, "hook Jobs are deleted once they succeeded"
 
 
@@ -83,9 +82,9 @@ def test_the_renewal_cronjob_renews_a_certificate_due_and_the_pods_serve_it(work
     job = "renew-now"
     chart.cluster.kubectl("create", "job", job, f"--from=cronjob/{FULLNAME}-certgen-renew", "-n", NAMESPACE)
     try:
-        wait("the renewal Job finished", lambda: _finished(chart, job), 180)
+        ended = wait("the renewal Job finished", lambda: _finished(chart, job), 180)
         logs = chart.cluster.kubectl("logs", f"job/{job}", "-n", NAMESPACE, "--all-containers", check=False)
-        assert _finished(chart, job) == "Complete", logs.stdout + logs.stderr
+        assert ended == "Complete", logs.stdout + logs.stderr
         renewed = certaging.secret_ca(api, secret, NAMESPACE)
         assert renewed != aged, "the CronJob renewed nothing"
         assert certaging.untrusting(api, renewed, configurations) == []
@@ -113,12 +112,8 @@ def _serve(chart: PodRelease, secret: str) -> bool:
     return bool(pods)
 
 
-def _owner_kinds(obj: dict[str, Any]) -> set[str]:
-    return {o.get("kind", "") for o in obj["metadata"].get("ownerReferences") or ()}
-
-
 def _finished(chart: PodRelease, job: str) -> str | None:
-    """ "Complete" or "Failed" once the Job has that condition; None while it runs."""
+    """The Job's end once it has one: "Complete" or "Failed"; None while it runs."""
     found = chart.api.request("GET", rest.path("jobs", job, NAMESPACE, group="batch"))
     for condition in found.get("status", {}).get("conditions") or ():
         if condition.get("type") in ("Complete", "Failed") and condition.get("status") == "True":

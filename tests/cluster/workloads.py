@@ -155,11 +155,12 @@ def serving_pods(chart: PodRelease) -> list[Obj]:
     """The release's pods of its Deployments and DaemonSets: a Job's pods are left out. The certificate
     CronJob runs at renewSchedule (03:17 by default, kube-controller-manager's time), and its finished pod
     keeps the image it ran with, through any rollout, until the next run replaces it."""
-    return [
-        p
-        for p in chart.api.pods(NAMESPACE)
-        if not any(o.get("kind") == "Job" for o in p["metadata"].get("ownerReferences") or ())
-    ]
+    return [p for p in chart.api.pods(NAMESPACE) if not owned_by(p, "Job")]
+
+
+def owned_by(obj: Obj, kind: str) -> bool:
+    """Whether one of `obj`'s owners is of `kind` ("Job", "CronJob", ...)."""
+    return any(o.get("kind") == kind for o in obj["metadata"].get("ownerReferences") or ())
 
 
 def allocatable(work: Workloads, resource: str) -> int:
